@@ -1,0 +1,64 @@
+"""The clock of the store a queue lives in, read cheaply.
+
+Every comparison a queue makes (is this due, has this lease lapsed) is made against ONE clock, and replicas in
+different countries only agree on the store's. Reading it on every call would put a round trip on the path of
+every claim, so it is read once and then trusted for the ELAPSED time only, measured on the local monotonic
+clock: the one thing a wrong local clock still gets right is how long thirty seconds is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from . import validation as check
+
+RESYNC_MS = 30_000
+
+
+@dataclass
+class StoreClock:
+    """`now()` answers the store's time in epoch ms; `resync()` forgets the reading (after a failover, in a test)."""
+
+    read: Callable[[], Awaitable[int]]
+    resync_ms: int = RESYNC_MS
+    _offset_ns: int = 0  # store time minus local monotonic time, at the last reading
+    _read_at_ns: int | None = None
+    _pending: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    async def now(self) -> int:
+        if self._read_at_ns is None or time.monotonic_ns() - self._read_at_ns >= self.resync_ms * 1_000_000:
+            await self._sync()
+        return (time.monotonic_ns() + self._offset_ns) // 1_000_000
+
+    def resync(self) -> None:
+        self._read_at_ns = None
+
+    async def _sync(self) -> None:
+        # Concurrent callers share one reading rather than each sending their own.
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._take_reading())
+        pending = self._pending
+        try:
+            await asyncio.shield(pending)
+        finally:
+            if self._pending is pending and pending.done():
+                self._pending = None
+
+    async def _take_reading(self) -> None:
+        before = time.monotonic_ns()
+        store_ms = await self.read()
+        after = time.monotonic_ns()
+        # The reading was taken somewhere between the two: assume the middle.
+        self._offset_ns = store_ms * 1_000_000 - (before + after) // 2
+        self._read_at_ns = after
+
+
+def create_store_clock(read: Callable[[], Awaitable[int]], resync_ms: int = RESYNC_MS) -> StoreClock:
+    """`read` answers the store's own time in epoch ms (`NOW(3)` on MySQL, through UTC so no zone can shift it)."""
+    if not callable(read):
+        raise TypeError("read must be an async callable answering epoch milliseconds")
+    check.integer("resync_ms", resync_ms, 0, check.MAX_DURATION_MS)
+    return StoreClock(read=read, resync_ms=resync_ms)

@@ -1,0 +1,449 @@
+"""The in-process stores: one process's dicts, keeping the contract exactly.
+
+Correct for a deployment that runs ONE replica, and honest about the rest: a second replica on this gets its own
+schedules and its own jobs, so a nightly digest goes out twice. A test that passes against these is testing the
+rules a shared store keeps too, so they refuse what MySQL would refuse and read every instant from one clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from . import validation as check
+from .contract import JobQueue, KvStore
+from .records import (
+    TERMINAL_STATUSES,
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobInput,
+    JobPage,
+    Schedule,
+    ScheduleInput,
+)
+
+LOST_ERROR = "the worker holding this job stopped reporting"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def ms_to_datetime(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass
+class _Row:
+    """A job as the memory queue holds it: the record, plus what only the store needs to know."""
+
+    job: Job
+    seq: int  # enqueue order, finer than a millisecond
+    input_json: str  # kept encoded, so a caller mutating its dict afterwards changes nothing here
+    claimed_at: int = 0
+
+
+@dataclass
+class _MemoryJobQueue:
+    retain_finished: int
+    clock: Callable[[], int]
+    _jobs: dict[str, _Row] = field(default_factory=dict)
+    _schedules: dict[tuple[int, str], Schedule] = field(default_factory=dict)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+
+    def _now(self) -> int:
+        return int(self.clock())
+
+    def _snapshot(self, row: _Row) -> Job:
+        return replace(row.job, input=json.loads(row.input_json))
+
+    def _evict(self) -> None:
+        """Oldest finished jobs first, so the bound drops history rather than anything anybody waits on."""
+        finished = [r for r in self._jobs.values() if r.job.status in TERMINAL_STATUSES]
+        excess = len(finished) - self.retain_finished
+        if excess > 0:
+            finished.sort(key=lambda r: (r.job.updated_at, r.seq))
+            for row in finished[:excess]:
+                del self._jobs[row.job.id]
+
+    def _owned(self, space_ids: Sequence[int], job_id: str) -> _Row | None:
+        row = self._jobs.get(job_id)
+        return row if row is not None and row.job.space_id in space_ids else None
+
+    async def now(self) -> datetime:
+        return ms_to_datetime(self._now())
+
+    def _insert(self, job: JobInput, encoded: str, at: int) -> bool:
+        if job.id in self._jobs:
+            return False
+        record = Job(
+            id=job.id,
+            space_id=job.space_id,
+            action_id=job.action_id,
+            environment=job.environment,
+            trigger=job.trigger,
+            input={},
+            due_at=job.due_at,
+            max_attempts=job.max_attempts,
+            missed=job.missed,
+            key=job.key,
+            status="pending",
+            run_at=job.due_at,
+            attempts=0,
+            created_at=at,
+            updated_at=at,
+            history=(),
+        )
+        self._jobs[job.id] = _Row(job=record, seq=next(self._seq), input_json=encoded)
+        return True
+
+    async def enqueue(self, job: JobInput) -> bool:
+        encoded = check.job_input(job)
+        created = self._insert(job, encoded, self._now())
+        self._evict()
+        return created
+
+    async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
+        encoded = [check.job_input(job) for job in jobs]  # all checked before any is written
+        at = self._now()
+        answers = [self._insert(job, text, at) for job, text in zip(jobs, encoded, strict=True)]
+        self._evict()
+        return answers
+
+    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
+        check.claim_args(worker_id, lease_ms, limit)
+        at = self._now()
+        due = [
+            r
+            for r in self._jobs.values()
+            if (r.job.status == "pending" and r.job.run_at <= at)
+            or (r.job.status == "running" and (r.job.lease_until or 0) < at)
+        ]
+        due.sort(key=lambda r: (r.job.run_at, r.seq))
+        taken: list[Job] = []
+        for row in due:
+            if len(taken) >= limit:
+                break
+            job = row.job
+            if job.status == "running":
+                lost = Attempt(
+                    attempt=len(job.history) + 1,
+                    status="lost",
+                    started_at=row.claimed_at,
+                    ended_at=at,
+                    worker_id=job.worker_id or "unknown",
+                    error=LOST_ERROR,
+                )
+                job = replace(job, history=(*job.history, lost))
+                if job.attempts >= job.max_attempts:
+                    # A job that kills its worker every time must not loop forever.
+                    row.job = replace(
+                        job,
+                        status="dead",
+                        lease_until=None,
+                        error=LOST_ERROR,
+                        updated_at=at,
+                    )
+                    continue
+            row.job = replace(
+                job,
+                status="running",
+                attempts=job.attempts + 1,
+                worker_id=worker_id,
+                lease_until=at + lease_ms,
+                updated_at=at,
+            )
+            row.claimed_at = at
+            taken.append(self._snapshot(row))
+        self._evict()
+        return taken
+
+    async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
+        ids = check.heartbeat_args(job_ids, worker_id, lease_ms)
+        at = self._now()
+        cancelled: list[str] = []
+        for job_id in dict.fromkeys(ids):
+            row = self._jobs.get(job_id)
+            if row is None or row.job.worker_id != worker_id or row.job.status != "running":
+                continue
+            row.job = replace(row.job, lease_until=at + lease_ms)
+            if row.job.cancel_requested:
+                cancelled.append(job_id)
+        return cancelled
+
+    async def settle(
+        self,
+        *,
+        job_id: str,
+        worker_id: str,
+        status: str,
+        delay_ms: int | None = None,
+        run_id: str | None = None,
+        error: str | None = None,
+        attempt: AttemptOutcome | None = None,
+    ) -> None:
+        check.settle_args(job_id, worker_id, status, delay_ms, run_id, error, attempt)
+        row = self._jobs.get(job_id)
+        if row is None or row.job.worker_id != worker_id or row.job.status != "running":
+            return
+        at = self._now()
+        job = row.job
+        history = tuple(job.history)
+        if attempt is not None:
+            history = (
+                *history,
+                Attempt(
+                    attempt=len(history) + 1,
+                    status=attempt.status,
+                    started_at=row.claimed_at,
+                    ended_at=at,
+                    worker_id=attempt.worker_id,
+                    run_id=attempt.run_id,
+                    error=attempt.error,
+                ),
+            )
+        changes: dict[str, Any] = {
+            "history": history,
+            "status": status,
+            "updated_at": at,
+            "lease_until": None,
+            "error": error,
+            "run_id": job.run_id if run_id is None else run_id,
+        }
+        if status == "pending":
+            changes["run_at"] = at + (delay_ms or 0)
+            changes["worker_id"] = None
+            if attempt is None:  # a hand-back of a job never started gives its attempt back
+                changes["attempts"] = max(0, job.attempts - 1)
+        row.job = replace(job, **changes)
+        self._evict()
+
+    async def due_schedules(self, limit: int) -> list[Schedule]:
+        check.limit("limit", limit)
+        at = self._now()
+        due = [s for s in self._schedules.values() if s.enabled and s.next_run_at <= at]
+        due.sort(key=lambda s: (s.next_run_at, s.space_id, s.action_id))
+        return due[:limit]
+
+    async def advance_schedule(
+        self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
+    ) -> bool:
+        check.advance_args(space_id, action_id, from_at, to_at, missed)
+        schedule = self._schedules.get((space_id, action_id))
+        if schedule is None or schedule.next_run_at != from_at:
+            return False
+        self._schedules[(space_id, action_id)] = replace(
+            schedule,
+            next_run_at=to_at,
+            last_fire_at=from_at,
+            missed=schedule.missed + missed,
+            updated_at=self._now(),
+        )
+        return True
+
+    async def put_schedules(self, *, space_id: int, schedules: Sequence[ScheduleInput]) -> None:
+        incoming = check.put_schedules_args(space_id, schedules)
+        at = self._now()
+        keep = {s.action_id for s in incoming}
+        for existing_key in [k for k in self._schedules if k[0] == space_id and k[1] not in keep]:
+            del self._schedules[existing_key]
+        for schedule in incoming:
+            existing = self._schedules.get((space_id, schedule.action_id))
+            next_run_at = schedule.next_run_at
+            if existing is not None and _keeps_next_run(existing, schedule):
+                next_run_at = existing.next_run_at
+            self._schedules[(space_id, schedule.action_id)] = Schedule(
+                space_id=space_id,
+                action_id=schedule.action_id,
+                cron=schedule.cron,
+                environment=schedule.environment,
+                enabled=schedule.enabled,
+                next_run_at=next_run_at,
+                max_attempts=schedule.max_attempts,
+                timezone=schedule.timezone,
+                missed=existing.missed if existing else 0,
+                updated_at=at,
+                last_fire_at=existing.last_fire_at if existing else None,
+            )
+
+    async def list_jobs(
+        self,
+        *,
+        space_ids: Sequence[int],
+        action_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> JobPage:
+        spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
+        matching = [
+            r
+            for r in self._jobs.values()
+            if r.job.space_id in spaces
+            and (action_id is None or r.job.action_id == action_id)
+            and (status is None or r.job.status == status)
+        ]
+        matching.sort(key=lambda r: (r.job.updated_at, r.seq), reverse=True)
+        return JobPage(jobs=[self._snapshot(r) for r in matching[offset : offset + limit]], total=len(matching))
+
+    async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
+        spaces = check.space_ids(space_ids)
+        check.job_id(job_id)
+        row = self._owned(spaces, job_id)
+        return self._snapshot(row) if row else None
+
+    async def list_schedules(self, space_ids: Sequence[int]) -> list[Schedule]:
+        spaces = check.space_ids(space_ids)
+        found = [s for s in self._schedules.values() if s.space_id in spaces]
+        return sorted(found, key=lambda s: (s.space_id, s.action_id))
+
+    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
+        spaces = check.space_ids(space_ids)
+        check.job_id(job_id)
+        row = self._owned(spaces, job_id)
+        if row is None or row.job.status not in TERMINAL_STATUSES:
+            return False
+        at = self._now()
+        row.job = replace(
+            row.job,
+            status="pending",
+            run_at=at,
+            attempts=0,
+            worker_id=None,
+            lease_until=None,
+            cancel_requested=False,
+            error=None,
+            updated_at=at,
+        )
+        return True
+
+    async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
+        spaces = check.space_ids(space_ids)
+        check.job_id(job_id)
+        row = self._owned(spaces, job_id)
+        if row is None or row.job.status not in ("pending", "running"):
+            return False
+        at = self._now()
+        if row.job.status == "pending":
+            row.job = replace(row.job, status="cancelled", worker_id=None, updated_at=at)
+        else:
+            row.job = replace(row.job, cancel_requested=True, updated_at=at)
+        self._evict()
+        return True
+
+    async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
+        check.cancel_pending_args(space_id, key, older_than)
+        before: int | None = None
+        if older_than is not None:
+            anchor = self._jobs.get(older_than)
+            if anchor is None:
+                return 0
+            before = anchor.seq
+        at = self._now()
+        count = 0
+        for row in self._jobs.values():
+            job = row.job
+            if job.space_id != space_id or job.key != key or job.status != "pending":
+                continue
+            if before is not None and row.seq >= before:
+                continue
+            row.job = replace(job, status="cancelled", worker_id=None, updated_at=at)
+            count += 1
+        self._evict()
+        return count
+
+
+def _keeps_next_run(existing: Schedule, incoming: ScheduleInput) -> bool:
+    """A save must not push a promised fire forward, and a week switched off is not a week of missed fires."""
+    unchanged = (
+        existing.cron == incoming.cron
+        and existing.timezone == incoming.timezone
+        and existing.environment == incoming.environment
+    )
+    switched_on = not existing.enabled and incoming.enabled
+    return unchanged and not switched_on
+
+
+@dataclass
+class _Entry:
+    value: str
+    expires_at: int | None
+
+
+@dataclass
+class _MemoryKv:
+    clock: Callable[[], int]
+    _entries: dict[str, _Entry] = field(default_factory=dict)
+
+    def _live(self, key: str) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry.expires_at is not None and entry.expires_at <= int(self.clock()):
+            del self._entries[key]
+            return None
+        return entry
+
+    def _expiry(self, ttl: int | None) -> int | None:
+        return None if ttl is None else int(self.clock()) + ttl
+
+    async def get(self, key: str) -> str | None:
+        entry = self._live(check.kv_key(key))
+        return entry.value if entry else None
+
+    async def set(self, key: str, value: str, ttl_seconds: float | None = None) -> None:
+        check.kv_key(key)
+        check.kv_value(value)
+        self._entries[key] = _Entry(value, self._expiry(check.ttl_ms(ttl_seconds)))
+
+    async def delete(self, key: str) -> None:
+        self._entries.pop(check.kv_key(key), None)
+
+    async def increment(self, key: str, amount: int = 1) -> int:
+        check.kv_key(key)
+        check.increment_amount(amount)
+        entry = self._live(key)
+        if entry is None:
+            result = check.increment_result(key, 0, amount)
+            self._entries[key] = _Entry(str(result), None)
+            return result
+        result = check.increment_result(key, check.parse_counter(key, entry.value), amount)
+        entry.value = str(result)
+        return result
+
+    async def expire(self, key: str, ttl_seconds: float) -> None:
+        check.kv_key(key)
+        ttl = check.ttl_ms(ttl_seconds, optional=False)
+        entry = self._live(key)
+        if entry is not None:
+            entry.expires_at = self._expiry(ttl)
+
+    async def swap(self, key: str, expected: str | None, value: str, ttl_seconds: float | None = None) -> bool:
+        check.kv_key(key)
+        if expected is not None:
+            check.kv_value(expected, "expected")
+        check.kv_value(value)
+        ttl = check.ttl_ms(ttl_seconds)
+        entry = self._live(key)
+        current = entry.value if entry else None
+        if current != expected:
+            return False
+        self._entries[key] = _Entry(value, self._expiry(ttl))
+        return True
+
+
+def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], int] | None = None) -> JobQueue:
+    """The embedded default queue: right for exactly one replica."""
+    check.integer("retain_finished", retain_finished, 0, check.INT64_MAX)
+    return _MemoryJobQueue(retain_finished=retain_finished, clock=clock or wall_clock_ms)
+
+
+def create_memory_kv(*, clock: Callable[[], int] | None = None) -> KvStore:
+    """The embedded default key/value store: one process's dict, lifetimes judged by `clock`."""
+    return _MemoryKv(clock=clock or wall_clock_ms)
