@@ -6,6 +6,14 @@ This module is the public surface, re-exported; nothing else lives here.
 from .clock import StoreClock, create_store_clock
 from .contract import JobQueue, KvStore
 from .memory import create_memory_job_queue, create_memory_kv
+from .mysql import (
+    MysqlJobQueue,
+    MysqlKv,
+    create_mysql_job_queue,
+    create_mysql_kv,
+    mysql_job_schema_statements,
+    mysql_job_schema_upgrades,
+)
 from .records import (
     Attempt,
     AttemptOutcome,
@@ -27,11 +35,17 @@ __all__ = [
     "JobQueue",
     "KvStore",
     "MissedFires",
+    "MysqlJobQueue",
+    "MysqlKv",
     "Schedule",
     "ScheduleInput",
     "StoreClock",
     "SweepResult",
     "create_memory_job_queue",
     "create_memory_kv",
+    "create_mysql_job_queue",
+    "create_mysql_kv",
     "create_store_clock",
+    "mysql_job_schema_statements",
+    "mysql_job_schema_upgrades",
 ]

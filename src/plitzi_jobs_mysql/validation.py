@@ -277,7 +277,7 @@ def ttl_ms(ttl_seconds: object, *, optional: bool = True) -> int | None:
 
 
 def increment_amount(amount: object) -> int:
-    return integer("amount", amount, INT64_MIN, INT64_MAX)
+    return integer("amount", amount, INT64_MIN + 1, INT64_MAX)
 
 
 def increment_result(key: str, current: int, amount: int) -> int:

@@ -1,0 +1,463 @@
+"""The job queue over a MySQL pool: claims by single-row compare-and-set, instants from the server's clock."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import pymysql
+
+from .. import validation as check
+from ..clock import RESYNC_MS, StoreClock, create_store_clock
+from ..memory import LOST_ERROR, ms_to_datetime
+from ..records import Attempt, AttemptOutcome, Job, JobInput, JobPage, Schedule, ScheduleInput
+from .session import Connection, MysqlStore, is_conflict, is_duplicate
+
+log = logging.getLogger(__name__)
+
+# A batch is split so no statement nears max_allowed_packet (16 MiB on MariaDB by default).
+BATCH_ROWS = 1000
+BATCH_BYTES = 4 * 1024 * 1024
+PURGE_EVERY_MS = 60_000
+PURGE_BATCH = 1000
+# How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
+# loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
+# over the same few rows. The spread relaxes again once claims stop colliding.
+MAX_SPREAD = 16
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
+
+
+def _optional_text(value: Any) -> str | None:
+    return None if value is None else _text(value)
+
+
+def _attempt(entry: dict[str, Any]) -> Attempt:
+    return Attempt(
+        attempt=int(entry["attempt"]),
+        status=str(entry["status"]),
+        started_at=int(entry.get("started_at") or 0),
+        ended_at=int(entry["ended_at"]),
+        worker_id=str(entry["worker_id"]),
+        run_id=entry.get("run_id"),
+        error=entry.get("error"),
+    )
+
+
+def _job(row: Sequence[Any]) -> Job:
+    (
+        _seq, id_, space_id, action_id, environment, trigger, input_, due_at, max_attempts, missed, key, status,
+        run_at, attempts, created_at, updated_at, history, lease_until, worker_id, run_id, cancel_requested, error,
+    ) = row
+    return Job(
+        id=_text(id_),
+        space_id=int(space_id),
+        action_id=_text(action_id),
+        environment=_text(environment),
+        trigger=_text(trigger),
+        input=json.loads(input_),
+        due_at=int(due_at),
+        max_attempts=int(max_attempts),
+        missed=None if missed is None else int(missed),
+        key=_optional_text(key),
+        status=_text(status),
+        run_at=int(run_at),
+        attempts=int(attempts),
+        created_at=int(created_at),
+        updated_at=int(updated_at),
+        history=tuple(_attempt(entry) for entry in json.loads(history)),
+        lease_until=None if lease_until is None else int(lease_until),
+        worker_id=_optional_text(worker_id),
+        run_id=_optional_text(run_id),
+        cancel_requested=bool(cancel_requested),
+        error=None if error is None else str(error),
+    )
+
+
+def _schedule(row: Sequence[Any]) -> Schedule:
+    (space_id, action_id, cron, timezone, environment, enabled, next_run_at, max_attempts, missed, updated_at,
+     last_fire_at) = row
+    return Schedule(
+        space_id=int(space_id),
+        action_id=_text(action_id),
+        cron=_text(cron),
+        timezone=_optional_text(timezone),
+        environment=_text(environment),
+        enabled=bool(enabled),
+        next_run_at=int(next_run_at),
+        max_attempts=int(max_attempts),
+        missed=int(missed),
+        updated_at=int(updated_at),
+        last_fire_at=None if last_fire_at is None else int(last_fire_at),
+    )
+
+
+def _batches(rows: list[tuple[JobInput, str]]) -> list[list[tuple[JobInput, str]]]:
+    batches: list[list[tuple[JobInput, str]]] = []
+    current: list[tuple[JobInput, str]] = []
+    size = 0
+    for row in rows:
+        weight = len(row[1]) + 2048
+        if current and (len(current) >= BATCH_ROWS or size + weight > BATCH_BYTES):
+            batches.append(current)
+            current, size = [], 0
+        current.append(row)
+        size += weight
+    if current:
+        batches.append(current)
+    return batches
+
+
+class MysqlJobQueue:
+    """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        table_prefix: str = "",
+        create_tables: bool = True,
+        retention_days: int = 90,
+        resync_ms: int = RESYNC_MS,
+    ) -> None:
+        check.integer("retention_days", retention_days, 1, 36_500)
+        self._store = MysqlStore(pool, table_prefix=table_prefix, create_tables=create_tables)
+        self._sql = self._store.sql
+        self._retention_ms = retention_days * 86_400_000
+        self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
+        self._next_purge_at = 0
+        self._spread = 1
+
+    # -- the clock ------------------------------------------------------------------------------------------
+
+    async def _read_clock(self) -> int:
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.clock))
+        return int(rows[0][0])
+
+    async def _now_ms(self) -> int:
+        return await self._clock.now()
+
+    async def now(self) -> datetime:
+        return ms_to_datetime(await self._now_ms())
+
+    def resync_clock(self) -> None:
+        """Take the store's clock again on the next call, e.g. after a failover to another primary."""
+        self._clock.resync()
+
+    # -- enqueue --------------------------------------------------------------------------------------------
+
+    def _job_values(self, job: JobInput, encoded: str, now: int) -> list[Any]:
+        return [
+            job.id, job.space_id, job.action_id, job.environment, job.trigger, encoded, job.due_at,
+            job.max_attempts, job.missed, job.key, job.due_at, now, now,
+        ]
+
+    async def enqueue(self, job: JobInput) -> bool:
+        encoded = check.job_input(job)
+        now = await self._now_ms()
+        sql = self._sql.insert_jobs + self._sql.insert_job_values
+
+        async def insert(conn: Connection) -> bool:
+            try:
+                await conn.write(sql, self._job_values(job, encoded, now))
+            except pymysql.err.IntegrityError as error:
+                if is_duplicate(error):  # idempotent by id: whoever inserted first created it
+                    return False
+                raise
+            return True
+
+        return await self._store.retrying(insert)
+
+    async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
+        if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
+            raise TypeError("jobs must be a sequence of JobInput")
+        encoded = [check.job_input(job) for job in jobs]  # every job checked before any is written
+        answers = [False] * len(jobs)
+        first: dict[str, int] = {}
+        for index, job in enumerate(jobs):
+            first.setdefault(job.id, index)  # a repeated id in the batch: the first one creates it
+        unique = [(jobs[i], encoded[i]) for i in first.values()]
+        if not unique:
+            return answers
+        now = await self._now_ms()
+        for batch in _batches(unique):
+            created = await self._store.retrying(lambda conn, b=batch: self._insert_batch(conn, b, now))
+            for job_id in created:
+                answers[first[job_id]] = True
+        return answers
+
+    async def _insert_batch(self, conn: Connection, batch: list[tuple[JobInput, str]], now: int) -> set[str]:
+        """One multi-row INSERT; if some ids exist it fails whole, so the existing ones are left out and it
+        runs again. Every id it answers was created by this call and no other."""
+        remaining = batch
+        while remaining:
+            args: list[Any] = []
+            for job, encoded in remaining:
+                args.extend(self._job_values(job, encoded, now))
+            sql = self._sql.insert_jobs + ", ".join([self._sql.insert_job_values] * len(remaining))
+            try:
+                await conn.write(sql, args)
+                return {job.id for job, _ in remaining}
+            except pymysql.err.IntegrityError as error:
+                if not is_duplicate(error):
+                    raise
+            rows = await conn.fetch(self._sql.existing_job_ids, ([job.id for job, _ in remaining],))
+            existing = {_text(row[0]) for row in rows}
+            remaining = [(job, encoded) for job, encoded in remaining if job.id not in existing]
+        return set()
+
+    # -- claim, heartbeat, settle ---------------------------------------------------------------------------
+
+    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
+        check.claim_args(worker_id, lease_ms, limit)
+        if limit == 0:
+            return []
+        now = await self._now_ms()
+        await self._purge_if_due(now)
+        spread = self._spread
+        window = limit * spread
+        return await self._store.run(lambda conn: self._claim(conn, worker_id, lease_ms, limit, now, window))
+
+    async def _claim(
+        self, conn: Connection, worker_id: str, lease_ms: int, limit: int, now: int, window: int
+    ) -> list[Job]:
+        rows = await conn.fetch(self._sql.claim_candidates, (now, window, now, window))
+        candidates = sorted(rows, key=lambda r: (int(r[1]), int(r[0])))[:window]
+        if self._spread > 1:
+            random.shuffle(candidates)
+        args = {"worker": worker_id, "lease_until": now + lease_ms, "now": now, "lost": LOST_ERROR}
+        won: list[int] = []
+        lost = 0
+        for seq, _run_at, lapsed in candidates:
+            if len(won) >= limit:
+                break
+            statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
+            try:
+                changed = await conn.write(statement, {**args, "seq": seq})
+            except pymysql.err.MySQLError as error:
+                if not is_conflict(error):
+                    raise
+                changed = 0  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
+            if changed:
+                won.append(int(seq))
+            else:
+                lost += 1
+        self._adapt_spread(lost)
+        if not won:
+            return []
+        # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
+        fetched = await conn.fetch(self._sql.claimed_jobs, (won, worker_id))
+        return [_job(row) for row in fetched]
+
+    def _adapt_spread(self, lost: int) -> None:
+        if lost:
+            self._spread = min(MAX_SPREAD, self._spread * 2)
+        elif self._spread > 1:
+            self._spread //= 2
+
+    async def _purge_if_due(self, now: int) -> None:
+        """Finished jobs past retention go a bounded batch at a time, at most once a minute per queue."""
+        if now < self._next_purge_at:
+            return
+        self._next_purge_at = now + PURGE_EVERY_MS
+        cutoff = now - self._retention_ms
+        try:
+            removed = await self._store.run(
+                lambda conn: conn.write(self._sql.purge_finished, (cutoff, cutoff, PURGE_BATCH))
+            )
+        except pymysql.err.MySQLError as error:
+            if not is_conflict(error):
+                raise
+            return
+        if removed:
+            log.info("removed %d finished jobs older than the retention period", removed)
+            if removed >= PURGE_BATCH:
+                self._next_purge_at = now  # more are waiting: take the next batch on the next claim
+
+    async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
+        ids = list(dict.fromkeys(check.heartbeat_args(job_ids, worker_id, lease_ms)))
+        if not ids:
+            return []
+        now = await self._now_ms()
+
+        async def beat(conn: Connection) -> list[str]:
+            await conn.write(self._sql.renew_leases, (now + lease_ms, ids, worker_id))
+            rows = await conn.fetch(self._sql.cancel_requested_ids, (ids, worker_id))
+            asked = {_text(row[0]) for row in rows}
+            return [job_id for job_id in ids if job_id in asked]
+
+        return await self._store.retrying(beat)
+
+    async def settle(
+        self,
+        *,
+        job_id: str,
+        worker_id: str,
+        status: str,
+        delay_ms: int | None = None,
+        run_id: str | None = None,
+        error: str | None = None,
+        attempt: AttemptOutcome | None = None,
+    ) -> None:
+        check.settle_args(job_id, worker_id, status, delay_ms, run_id, error, attempt)
+        now = await self._now_ms()
+        args = {
+            "id": job_id,
+            "worker": worker_id,
+            "status": status,
+            "error": error,
+            "run_id": run_id,
+            "now": now,
+            "retry_at": now + (delay_ms or 0),
+            "has_attempt": attempt is not None,
+            "a_status": attempt.status if attempt else None,
+            "a_worker": attempt.worker_id if attempt else None,
+            "a_run": attempt.run_id if attempt else None,
+            "a_error": attempt.error if attempt else None,
+        }
+        # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
+        await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
+
+    # -- schedules ------------------------------------------------------------------------------------------
+
+    async def due_schedules(self, limit: int) -> list[Schedule]:
+        check.limit("limit", limit)
+        if limit == 0:
+            return []
+        now = await self._now_ms()
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.due_schedules, (now, limit)))
+        return [_schedule(row) for row in rows]
+
+    async def advance_schedule(
+        self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
+    ) -> bool:
+        check.advance_args(space_id, action_id, from_at, to_at, missed)
+        now = await self._now_ms()
+        args = (to_at, from_at, missed, now, space_id, action_id, from_at)
+        try:
+            changed = await self._store.run(lambda conn: conn.write(self._sql.advance_schedule, args))
+        except pymysql.err.MySQLError as error:
+            if not is_conflict(error):
+                raise
+            return False  # somebody else's write won; the schedule is still due if it was not moved
+        return changed > 0
+
+    async def put_schedules(self, *, space_id: int, schedules: Sequence[ScheduleInput]) -> None:
+        incoming = check.put_schedules_args(space_id, schedules)
+        now = await self._now_ms()
+        steps: list[tuple[str, Any]] = [(self._sql.lock_space_schedules, (space_id, now))]
+        if incoming:
+            keep = [s.action_id for s in incoming]
+            steps.append((self._sql.delete_space_schedules_except, (space_id, keep)))
+            args: list[Any] = []
+            for s in incoming:
+                args.extend(
+                    [space_id, s.action_id, s.cron, s.timezone, s.environment, int(s.enabled), s.next_run_at,
+                     s.max_attempts, now]
+                )
+            values = ", ".join([self._sql.upsert_schedule_values] * len(incoming))
+            steps.append((self._sql.upsert_schedules.format(values=values), args))
+        else:
+            steps.append((self._sql.delete_space_schedules, (space_id,)))
+        # One transaction behind the space's guard row: concurrent writers replace the set one after another.
+        await self._store.retrying(lambda conn: conn.transaction(steps))
+
+    async def list_schedules(self, space_ids: Sequence[int]) -> list[Schedule]:
+        spaces = check.space_ids(space_ids)
+        if not spaces:
+            return []
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.list_schedules, (spaces,)))
+        return [_schedule(row) for row in rows]
+
+    # -- an operator's view ---------------------------------------------------------------------------------
+
+    async def list_jobs(
+        self,
+        *,
+        space_ids: Sequence[int],
+        action_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> JobPage:
+        spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
+        if not spaces:
+            return JobPage(jobs=[], total=0)
+        where = ["space_id IN %s"]
+        args: list[Any] = [spaces]
+        if action_id is not None:
+            where.append("action_id = %s")
+            args.append(action_id)
+        if status is not None:
+            where.append("status = %s")
+            args.append(status)
+        condition = " AND ".join(where)
+
+        async def page(conn: Connection) -> JobPage:
+            rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
+            total = await conn.fetch(self._sql.count_jobs.format(where=condition), args)
+            return JobPage(jobs=[_job(row) for row in rows], total=int(total[0][0]))
+
+        return await self._store.run(page)
+
+    async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
+        spaces = check.space_ids(space_ids)
+        check.job_id(job_id)
+        if not spaces:
+            return None
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
+        return _job(rows[0]) if rows else None
+
+    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
+        spaces = check.space_ids(space_ids)
+        check.job_id(job_id)
+        if not spaces:
+            return False
+        now = await self._now_ms()
+        args = {"id": job_id, "spaces": spaces, "now": now}
+        return await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
+
+    async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
+        spaces = check.space_ids(space_ids)
+        check.job_id(job_id)
+        if not spaces:
+            return False
+        now = await self._now_ms()
+        args = {"id": job_id, "spaces": spaces, "now": now}
+
+        async def cancel(conn: Connection) -> bool:
+            if await conn.write(self._sql.cancel_pending_job, args):
+                return True
+            if await conn.write(self._sql.request_cancel, args):
+                return True
+            # Already asked: still a running job whose cancel stands.
+            return bool(await conn.fetch(self._sql.is_running, (job_id, spaces)))
+
+        return await self._store.retrying(cancel)
+
+    async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
+        check.cancel_pending_args(space_id, key, older_than)
+        now = await self._now_ms()
+
+        async def cancel(conn: Connection) -> int:
+            if older_than is None:
+                return await conn.write(self._sql.cancel_keyed, (now, space_id, key))
+            rows = await conn.fetch(self._sql.job_seq, (older_than,))
+            if not rows:
+                return 0
+            return await conn.write(self._sql.cancel_keyed_before, (now, space_id, key, rows[0][0]))
+
+        return await self._store.retrying(cancel)
+
+
+def create_mysql_job_queue(
+    pool: Any, *, table_prefix: str = "", create_tables: bool = True, retention_days: int = 90
+) -> MysqlJobQueue:
+    """A `JobQueue` over an aiomysql pool the caller opened (and closes): the adapter only borrows connections."""
+    return MysqlJobQueue(pool, table_prefix=table_prefix, create_tables=create_tables, retention_days=retention_days)

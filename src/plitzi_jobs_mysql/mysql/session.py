@@ -1,0 +1,224 @@
+"""Borrowing a connection from the user's pool, whatever it was opened with.
+
+- `autocommit=False` (aiomysql's default): on MariaDB a plain SELECT holds a read view while the server's "in
+  transaction" flag stays unset, so the pool hands the connection on as clean and the next borrower reads stale
+  data (and DDL on the table hangs). Every write here is its own transaction (committed at once, so no two rows
+  are ever locked together and claimers cannot deadlock), and every borrow ends with a COMMIT or ROLLBACK.
+- A conflict the server reports (deadlock 1213, lock wait 1205; on Galera a certification failure at COMMIT) is
+  a lost race for a compare-and-set, and a retry for an idempotent write: never a success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import warnings
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import pymysql
+
+from .schema import check_prefix, mysql_job_schema_statements
+from .statements import Statements, statements_for
+
+log = logging.getLogger(__name__)
+
+ER_DUP_ENTRY = 1062
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+CONFLICTS = frozenset({ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT})
+RETRIES = 5
+
+T = TypeVar("T")
+
+
+def error_code(error: BaseException) -> int | None:
+    if isinstance(error, pymysql.err.MySQLError) and error.args and isinstance(error.args[0], int):
+        return error.args[0]
+    return None
+
+
+def is_conflict(error: BaseException) -> bool:
+    return error_code(error) in CONFLICTS
+
+
+def is_duplicate(error: BaseException) -> bool:
+    return error_code(error) == ER_DUP_ENTRY
+
+
+def bind(sql: str, args: Any) -> tuple[str, Any]:
+    """Expands a list argument into `(%s, %s, ...)`: PyMySQL 1.2 no longer escapes sequences itself."""
+    if isinstance(args, dict):
+        if not any(isinstance(v, list) for v in args.values()):
+            return sql, args
+        flat: dict[str, Any] = {}
+        for name, value in args.items():
+            if isinstance(value, list):
+                names = [f"{name}__{i}" for i in range(len(value))]
+                sql = sql.replace(f"%({name})s", "(" + ", ".join(f"%({n})s" for n in names) + ")")
+                flat.update(zip(names, value, strict=True))
+            else:
+                flat[name] = value
+        return sql, flat
+    if args is None or not any(isinstance(v, list) for v in args):
+        return sql, args
+    pieces = sql.split("%s")
+    if len(pieces) != len(args) + 1:
+        raise ValueError("placeholder count does not match the arguments")
+    out = [pieces[0]]
+    values: list[Any] = []
+    for value, piece in zip(args, pieces[1:], strict=True):
+        if isinstance(value, list):
+            out.append("(" + ", ".join(["%s"] * len(value)) + ")")
+            values.extend(value)
+        else:
+            out.append("%s")
+            values.append(value)
+        out.append(piece)
+    return "".join(out), values
+
+
+class Connection:
+    """One borrowed connection: reads, and writes that are each their own transaction."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.autocommit: bool = bool(raw.get_autocommit())
+
+    async def fetch(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+        async with self.raw.cursor() as cur:
+            await cur.execute(*bind(sql, args))
+            return list(await cur.fetchall())
+
+    async def write(self, sql: str, args: Any = None) -> int:
+        """Runs one statement as its own transaction; answers the affected rows."""
+        try:
+            async with self.raw.cursor() as cur:
+                await cur.execute(*bind(sql, args))
+                count = int(cur.rowcount)
+            if not self.autocommit:
+                await self.raw.commit()  # on Galera only a successful COMMIT proves a win
+            return count
+        except BaseException:
+            await self.rollback()
+            raise
+
+    async def write_returning_id(self, sql: str, args: Any = None) -> int:
+        """Like `write`, answering the LAST_INSERT_ID() the statement set (the OK packet's insert id)."""
+        try:
+            async with self.raw.cursor() as cur:
+                await cur.execute(*bind(sql, args))
+                value = int(cur.lastrowid or 0)
+            if not self.autocommit:
+                await self.raw.commit()
+            return value
+        except BaseException:
+            await self.rollback()
+            raise
+
+    async def rollback(self) -> None:
+        if not self.autocommit:
+            try:
+                await self.raw.rollback()
+            except Exception:  # the connection is broken; the pool will drop it
+                log.debug("rollback failed", exc_info=True)
+
+    async def transaction(self, steps: Sequence[tuple[str, Any]]) -> None:
+        """Runs the statements in one explicit transaction (BEGIN works under either autocommit)."""
+        await self.raw.begin()
+        try:
+            async with self.raw.cursor() as cur:
+                for sql, args in steps:
+                    await cur.execute(*bind(sql, args))
+            await self.raw.commit()
+        except BaseException:
+            try:
+                await self.raw.rollback()
+            except Exception:
+                log.debug("rollback failed", exc_info=True)
+            raise
+
+
+class MysqlStore:
+    """What the queue and the kv share: the pool, the statements for one prefix, and first use."""
+
+    def __init__(self, pool: Any, *, table_prefix: str, create_tables: bool) -> None:
+        if pool is None or not hasattr(pool, "acquire"):
+            raise TypeError("pool must be an aiomysql pool (aiomysql.create_pool(..., charset='utf8mb4'))")
+        if not isinstance(create_tables, bool):
+            raise TypeError("create_tables must be a bool")
+        self.pool = pool
+        self.prefix = check_prefix(table_prefix)
+        self.sql: Statements = statements_for(self.prefix)
+        self.create_tables = create_tables
+        self._ready = False
+        self._ready_lock: asyncio.Lock | None = None
+
+    async def _first_use(self, conn: Connection) -> None:
+        """Checks the connection's character set and creates the tables; remembered only once it succeeded."""
+        if self._ready:
+            return
+        if self._ready_lock is None:
+            self._ready_lock = asyncio.Lock()
+        async with self._ready_lock:
+            if self._ready:
+                return
+            charset = str(getattr(conn.raw, "charset", "utf8mb4") or "")
+            rows = await conn.fetch(self.sql.session_charset)
+            client, connection, results = rows[0]
+            wrong = [
+                f"{name}={value}"
+                for name, value in (("client", charset), ("character_set_client", client),
+                                    ("character_set_connection", connection),
+                                    ("character_set_results", results))
+                if value is not None and str(value).lower() != "utf8mb4"
+            ]
+            if wrong:
+                raise RuntimeError(
+                    "plitzi_jobs_mysql needs connections in utf8mb4 to store text whole, but this pool's are "
+                    f"not ({', '.join(wrong)}): open the pool with aiomysql.create_pool(..., charset='utf8mb4')"
+                )
+            if self.create_tables:
+                with warnings.catch_warnings():  # "table already exists" is the point of IF NOT EXISTS
+                    warnings.simplefilter("ignore", pymysql.Warning)
+                    for statement in mysql_job_schema_statements(self.prefix):
+                        await conn.write(statement)
+            self._ready = True
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        async with self.pool.acquire() as raw:
+            conn = Connection(raw)
+            ok = False
+            try:
+                await self._first_use(conn)
+                yield conn
+                ok = True
+            finally:
+                if not conn.autocommit:
+                    # Close whatever a read opened, so the pool hands on a connection with no read view.
+                    if ok:
+                        try:
+                            await raw.commit()
+                        except Exception:
+                            log.debug("commit after a read failed", exc_info=True)
+                    else:
+                        await conn.rollback()
+
+    async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
+        async with self.connection() as conn:
+            return await operation(conn)
+
+    async def retrying(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
+        """For idempotent operations only: a conflict the server reports is retried, briefly and with jitter."""
+        for attempt in range(RETRIES):
+            try:
+                return await self.run(operation)
+            except pymysql.err.MySQLError as error:
+                if not is_conflict(error) or attempt == RETRIES - 1:
+                    raise
+                log.debug("conflict (%s), retrying", error)
+                await asyncio.sleep(random.uniform(0.001, 0.005) * (2**attempt))
+        raise AssertionError("unreachable")

@@ -1,0 +1,271 @@
+"""Every statement the MySQL store sends, in one place.
+
+Rules the statements keep, whatever the pool's autocommit, isolation level or client flags:
+- Each change is ONE single-row compare-and-set (or a holder-guarded UPDATE): the WHERE clause is the whole
+  precondition, and a row it matches always changes (its status, attempts or instants move), so the affected-rows
+  count means the same with and without `CLIENT.FOUND_ROWS`.
+- In an UPDATE, assignments run left to right and each sees the ones before it: the history append reads the
+  old `worker_id`/`claimed_at` before they are reassigned, and later assignments branch on the NEW `status`.
+- Binary identifiers go into JSON through `CONVERT(... USING utf8mb4)`: MySQL 8 writes a bare binary string into
+  JSON as base64.
+- Instants are parameters from the store clock, except in the kv table, whose lifetimes the server judges in the
+  statement itself (`NOW_MS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schema import table_names
+
+#: The server's now in epoch ms, exact in any session time zone (UNIX_TIMESTAMP(NOW(3)) is an hour wrong
+#: inside a daylight-saving fall-back hour).
+NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
+
+JOB_COLUMNS = (
+    "seq, id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, missed, `key`, status, "
+    "run_at, attempts, created_at, updated_at, history, lease_until, worker_id, run_id, cancel_requested, error"
+)
+SCHEDULE_COLUMNS = (
+    "space_id, action_id, cron, timezone, environment, enabled, next_run_at, max_attempts, missed, updated_at, "
+    "last_fire_at"
+)
+TERMINAL = "('succeeded', 'failed', 'dead', 'cancelled')"
+
+# A schedule row with an empty action id, one per space, that `put_schedules` locks first: writers of one space
+# then replace its set one after another, on one server and across Galera nodes (a row both write conflicts).
+GUARD_ACTION_ID = ""
+
+
+def _attempt_json(status: str, worker: str, run_id: str, error: str, ended_at: str) -> str:
+    """A history entry appended in SQL, numbered by the history itself and started at the claim."""
+    return (
+        "JSON_OBJECT('attempt', JSON_LENGTH(history) + 1, 'status', {status}, 'started_at', claimed_at, "
+        "'ended_at', {ended_at}, 'worker_id', {worker}, 'run_id', {run_id}, 'error', {error})"
+    ).format(status=status, worker=worker, run_id=run_id, error=error, ended_at=ended_at)
+
+
+@dataclass(frozen=True)
+class Statements:
+    clock: str
+    session_charset: str
+    # jobs
+    insert_job_values: str
+    insert_jobs: str
+    existing_job_ids: str
+    claim_candidates: str
+    claim_pending: str
+    claim_lapsed: str
+    claimed_jobs: str
+    renew_leases: str
+    cancel_requested_ids: str
+    settle: str
+    get_job: str
+    list_jobs: str
+    count_jobs: str
+    requeue: str
+    cancel_pending_job: str
+    request_cancel: str
+    is_running: str
+    job_seq: str
+    cancel_keyed: str
+    cancel_keyed_before: str
+    purge_finished: str
+    # schedules
+    due_schedules: str
+    advance_schedule: str
+    lock_space_schedules: str
+    delete_space_schedules: str
+    delete_space_schedules_except: str
+    upsert_schedule_values: str
+    upsert_schedules: str
+    list_schedules: str
+    # kv
+    kv_get: str
+    kv_set: str
+    kv_delete: str
+    kv_increment: str
+    kv_expire: str
+    kv_insert: str
+    kv_delete_lapsed_key: str
+    kv_replace: str
+    kv_is_live_value: str
+    kv_purge_lapsed: str
+
+
+def statements_for(prefix: str) -> Statements:
+    t = table_names(prefix)
+    jobs, schedules, kv = f"`{t.jobs}`", f"`{t.schedules}`", f"`{t.kv}`"
+    live = f"(expires_at IS NULL OR expires_at > {NOW_MS})"
+    lapsed = f"(expires_at IS NOT NULL AND expires_at <= {NOW_MS})"
+    # A counter's new value rides back in the OK packet through LAST_INSERT_ID(), offset by 2**63 so a negative
+    # value fits the unsigned id and 0 can mean "not counted": one statement, whatever else writes the key.
+    counted = "IF(LAST_INSERT_ID(CAST({n} + 9223372036854775808 AS UNSIGNED)) >= 0, CAST({n} AS CHAR), '')"
+    current = "CAST(v AS DECIMAL(21, 0))"
+    return Statements(
+        clock=f"SELECT {NOW_MS}",
+        session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
+        # -- jobs -------------------------------------------------------------------------------------------
+        insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
+        insert_jobs=(
+            f"INSERT INTO {jobs} (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
+            "missed, `key`, status, run_at, attempts, created_at, updated_at, history) VALUES "
+        ),
+        existing_job_ids=f"SELECT id FROM {jobs} WHERE id IN %s",
+        # Two index-ordered reads, one per status, each O(limit) through `job_due`: the OR of both under one
+        # ORDER BY makes the server read and sort every due job. Only (seq, run_at) travel: full rows in a
+        # UNION ALL derived table once crashed MariaDB 10.11, and the window is wider than what is taken.
+        claim_candidates=(
+            f"(SELECT seq, run_at, 0 FROM {jobs} FORCE INDEX (job_due) "
+            "WHERE status = 'pending' AND run_at <= %s ORDER BY run_at, seq LIMIT %s) "
+            "UNION ALL "
+            f"(SELECT seq, run_at, 1 FROM {jobs} FORCE INDEX (job_due) "
+            "WHERE status = 'running' AND lease_until < %s ORDER BY run_at, seq LIMIT %s)"
+        ),
+        claim_pending=(
+            f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
+            "lease_until = %(lease_until)s, claimed_at = %(now)s, updated_at = %(now)s "
+            "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
+        ),
+        # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
+        # that kills its worker every time cannot loop forever.
+        claim_lapsed=(
+            f"UPDATE {jobs} SET "
+            "history = JSON_ARRAY_APPEND(history, '$', "
+            + _attempt_json(
+                "'lost'",
+                "COALESCE(CONVERT(worker_id USING utf8mb4), 'unknown')",
+                "NULL",
+                "%(lost)s",
+                "%(now)s",
+            )
+            + "), "
+            "status = IF(attempts >= max_attempts, 'dead', 'running'), "
+            "error = IF(status = 'dead', %(lost)s, error), "
+            "attempts = IF(status = 'dead', attempts, attempts + 1), "
+            "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
+            "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
+            "claimed_at = IF(status = 'dead', claimed_at, %(now)s), "
+            "updated_at = %(now)s "
+            "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
+        ),
+        claimed_jobs=(
+            f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s "
+            "ORDER BY run_at, seq"
+        ),
+        renew_leases=(
+            f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
+        ),
+        cancel_requested_ids=(
+            f"SELECT id FROM {jobs} WHERE id IN %s AND worker_id = %s AND status = 'running' "
+            "AND cancel_requested = 1"
+        ),
+        settle=(
+            f"UPDATE {jobs} SET "
+            "history = IF(%(has_attempt)s, JSON_ARRAY_APPEND(history, '$', "
+            + _attempt_json("%(a_status)s", "%(a_worker)s", "%(a_run)s", "%(a_error)s", "%(now)s")
+            + "), history), "
+            "status = %(status)s, "
+            "error = %(error)s, "
+            "run_id = COALESCE(%(run_id)s, run_id), "
+            "lease_until = NULL, "
+            "run_at = IF(status = 'pending', %(retry_at)s, run_at), "
+            "worker_id = IF(status = 'pending', NULL, worker_id), "
+            # A hand-back of a job never started gives its attempt back.
+            "attempts = IF(status = 'pending' AND NOT %(has_attempt)s, GREATEST(attempts - 1, 0), attempts), "
+            "updated_at = %(now)s "
+            "WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'running'"
+        ),
+        get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
+        list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
+        "LIMIT %s OFFSET %s",
+        count_jobs=f"SELECT COUNT(*) FROM {jobs} WHERE {{where}}",
+        requeue=(
+            f"UPDATE {jobs} SET status = 'pending', run_at = %(now)s, attempts = 0, worker_id = NULL, "
+            "lease_until = NULL, cancel_requested = 0, error = NULL, updated_at = %(now)s "
+            f"WHERE id = %(id)s AND space_id IN %(spaces)s AND status IN {TERMINAL}"
+        ),
+        cancel_pending_job=(
+            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %(now)s "
+            "WHERE id = %(id)s AND space_id IN %(spaces)s AND status = 'pending'"
+        ),
+        request_cancel=(
+            f"UPDATE {jobs} SET cancel_requested = 1, updated_at = %(now)s "
+            "WHERE id = %(id)s AND space_id IN %(spaces)s AND status = 'running' AND cancel_requested = 0"
+        ),
+        is_running=f"SELECT 1 FROM {jobs} WHERE id = %s AND space_id IN %s AND status = 'running'",
+        job_seq=f"SELECT seq FROM {jobs} WHERE id = %s",
+        cancel_keyed=(
+            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %s "
+            "WHERE space_id = %s AND `key` = %s AND status = 'pending'"
+        ),
+        cancel_keyed_before=(
+            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %s "
+            "WHERE space_id = %s AND `key` = %s AND status = 'pending' AND seq < %s"
+        ),
+        # Bounded, and through `job_due`: a terminal job's run_at is never after its updated_at.
+        purge_finished=(
+            f"DELETE FROM {jobs} WHERE status IN {TERMINAL} AND run_at < %s AND updated_at < %s LIMIT %s"
+        ),
+        # -- schedules --------------------------------------------------------------------------------------
+        due_schedules=(
+            f"SELECT {SCHEDULE_COLUMNS} FROM {schedules} WHERE enabled = 1 AND next_run_at <= %s "
+            "ORDER BY next_run_at, space_id, action_id LIMIT %s"
+        ),
+        advance_schedule=(
+            f"UPDATE {schedules} SET next_run_at = %s, last_fire_at = %s, missed = missed + %s, updated_at = %s "
+            "WHERE space_id = %s AND action_id = %s AND next_run_at = %s"
+        ),
+        lock_space_schedules=(
+            f"INSERT INTO {schedules} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
+            "max_attempts, missed, updated_at) VALUES (%s, '', '', NULL, '', 0, 0, 1, 0, %s) "
+            "ON DUPLICATE KEY UPDATE updated_at = VALUES(updated_at)"
+        ),
+        delete_space_schedules=f"DELETE FROM {schedules} WHERE space_id = %s AND action_id <> ''",
+        delete_space_schedules_except=(
+            f"DELETE FROM {schedules} WHERE space_id = %s AND action_id <> '' AND action_id NOT IN %s"
+        ),
+        upsert_schedule_values="(%s, %s, %s, %s, %s, %s, %s, %s, 0, %s)",
+        # An unchanged schedule keeps its promised fire, unless it is being switched back on (a week switched
+        # off is not a week of missed fires). next_run_at is decided BEFORE cron/zone/enabled are overwritten.
+        upsert_schedules=(
+            f"INSERT INTO {schedules} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
+            "max_attempts, missed, updated_at) VALUES {values} ON DUPLICATE KEY UPDATE "
+            "next_run_at = IF(cron = VALUES(cron) AND timezone <=> VALUES(timezone) "
+            "AND environment = VALUES(environment) AND NOT (enabled = 0 AND VALUES(enabled) = 1), "
+            "next_run_at, VALUES(next_run_at)), "
+            "cron = VALUES(cron), timezone = VALUES(timezone), environment = VALUES(environment), "
+            "enabled = VALUES(enabled), max_attempts = VALUES(max_attempts), updated_at = VALUES(updated_at)"
+        ),
+        list_schedules=(
+            f"SELECT {SCHEDULE_COLUMNS} FROM {schedules} WHERE space_id IN %s AND action_id <> '' "
+            "ORDER BY space_id, action_id"
+        ),
+        # -- kv ---------------------------------------------------------------------------------------------
+        kv_get=f"SELECT v FROM {kv} WHERE k = %s AND {live}",
+        kv_set=(
+            f"INSERT INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s) "
+            "ON DUPLICATE KEY UPDATE v = VALUES(v), expires_at = VALUES(expires_at)"
+        ),
+        kv_delete=f"DELETE FROM {kv} WHERE k = %s",
+        # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is
+        # not a counter, or a sum outside the signed 64-bit range, is left as it was and reported as 0.
+        kv_increment=(
+            f"INSERT INTO {kv} (k, v, expires_at) VALUES (%(k)s, "
+            + counted.format(n="CAST(%(amount)s AS DECIMAL(21, 0))")
+            + ", NULL) ON DUPLICATE KEY UPDATE "
+            f"v = IF({lapsed}, "
+            + counted.format(n="CAST(%(amount)s AS DECIMAL(21, 0))")
+            + ", IF(v REGEXP '^-?[0-9]{1,19}$' AND "
+            f"{current} + %(amount)s BETWEEN -9223372036854775807 AND 9223372036854775807, "
+            + counted.format(n=f"({current} + %(amount)s)")
+            + ", IF(LAST_INSERT_ID(0) = 0, v, v))), "
+            f"expires_at = IF({lapsed}, NULL, expires_at)"
+        ),
+        kv_expire=f"UPDATE {kv} SET expires_at = {NOW_MS} + %s WHERE k = %s AND {live}",
+        kv_insert=f"INSERT INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
+        kv_delete_lapsed_key=f"DELETE FROM {kv} WHERE k = %s AND {lapsed}",
+        kv_replace=f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND v = %s AND {live}",
+        kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND v = %s AND {live}",
+        kv_purge_lapsed=f"DELETE FROM {kv} WHERE expires_at <= {NOW_MS} LIMIT %s",
+    )
