@@ -1,0 +1,244 @@
+"""Turns due schedules into jobs. Nothing else.
+
+**There is no leader.** Every replica sweeps, and that is safe because a fire's job id is derived from the
+fire's own stored instant: two replicas reaching the same fire write the same id, and the queue keeps the
+first. A leader lock would only add a way for the cluster to have no producer at all for a minute, which is
+exactly the failure a nightly digest cannot afford.
+
+**No clock is trusted but the queue's.** Which schedules are due is the queue's answer, the fire instant is
+the one the schedule row already held, and the next one is computed from that row. Replicas whose clocks have
+drifted apart still produce the same fires, once each.
+
+**A fire is enqueued BEFORE the schedule moves on.** If this process dies between the two, the schedule is
+still due, the next sweep enqueues the same id (a no-op) and advances. Nothing is produced twice and nothing
+is lost; the ordering is the whole of that guarantee.
+
+**An outage does not replay as a storm.** The overdue fire becomes one job, and the schedule then jumps to the
+first occurrence after now, recording how many went by. A digest missed for a day sends once and says it
+missed 23, rather than sending 23 times, which is how a scheduler that "catches up" turns an outage into an
+incident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from . import validation as check
+from .contract import JobQueue
+from .cron import cron_fires_between, cron_next_fire
+from .records import JobInput, MissedFires, Schedule, SweepResult
+from .schedules import DEFAULT_MAX_ATTEMPTS, ActionLookups, schedule_job_id, schedules_for
+
+logger = logging.getLogger(__name__)
+
+MINUTE_MS: Final = 60_000
+#: Where a schedule is parked when its expression has no next fire at all: four years out, the horizon
+#: `cron_next_fire` searches. Nothing inside it matched, so nothing inside it will.
+PARK_MS: Final = 2_108_160 * MINUTE_MS
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+ErrorHandler = Callable[[BaseException], None]
+
+
+def _log_error(error: BaseException) -> None:
+    logger.error("schedule pass failed", exc_info=error)
+
+
+def _to_ms(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _to_datetime(ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+class Scheduler:
+    """A leaderless producer: `sweep()` turns due schedules into jobs; `start()` runs it on a timer."""
+
+    def __init__(
+        self,
+        *,
+        queue: JobQueue,
+        lookups: ActionLookups,
+        environment: str,
+        poll_ms: int,
+        batch: int,
+        max_attempts: int,
+        reconcile_ms: int,
+        spaces: Sequence[int] | None,
+        on_error: ErrorHandler,
+    ) -> None:
+        self.queue = queue
+        self.lookups = lookups
+        self.environment = environment
+        self.poll_ms = poll_ms
+        self.batch = batch
+        self.max_attempts = max_attempts
+        self.reconcile_ms = reconcile_ms
+        self.spaces = list(spaces) if spaces is not None else None
+        self.on_error = on_error
+        self._running = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- one pass --------------------------------------------------------------------------------------------
+
+    async def sweep(self) -> SweepResult:
+        """One pass: every due schedule (up to `batch`) becomes one job, and moves on."""
+        result = SweepResult(enqueued=[], duplicates=[], missed=[])
+        at = _to_ms(await self.queue.now())
+        for schedule in await self.queue.due_schedules(self.batch):
+            await self._produce(schedule, at, result)
+        return result
+
+    async def _produce(self, schedule: Schedule, at: int, result: SweepResult) -> None:
+        fire_at = schedule.next_run_at
+        cron, timezone = schedule.cron, schedule.timezone
+        lateness = max(fire_at, at)
+        # Fires in (fire_at, lateness]: the ones that went by while nothing swept. The fire itself is the job.
+        missed = cron_fires_between(cron, _to_datetime(fire_at), _to_datetime(lateness), timezone)
+        # The first occurrence strictly after `lateness`, which (fires being whole minutes) is the first at or
+        # after the minute following the one `lateness` falls in. Not `lateness + 1 minute`: `cron_next_fire`
+        # rounds up to a whole minute, so a sweep seven seconds late would ask from 00:02:07, get 00:03, and
+        # an every-minute schedule would fire every other minute.
+        ask_from = (lateness // MINUTE_MS) * MINUTE_MS + MINUTE_MS
+        next_fire = cron_next_fire(cron, _to_datetime(ask_from), timezone)
+        to_at = _to_ms(next_fire) if next_fire is not None else lateness + PARK_MS
+
+        job_id = schedule_job_id(schedule.space_id, schedule.action_id, fire_at)
+        created = await self.queue.enqueue(
+            JobInput(
+                id=job_id,
+                space_id=schedule.space_id,
+                action_id=schedule.action_id,
+                environment=schedule.environment,
+                trigger="schedule",
+                input={},
+                due_at=fire_at,
+                max_attempts=schedule.max_attempts,
+                missed=missed or None,
+            )
+        )
+        (result.enqueued if created else result.duplicates).append(job_id)
+        # Only after the job exists: a crash between the two leaves the schedule due, and the retry is a
+        # no-op.
+        moved = await self.queue.advance_schedule(
+            space_id=schedule.space_id,
+            action_id=schedule.action_id,
+            from_at=fire_at,
+            to_at=to_at,
+            missed=missed,
+        )
+        # Another replica that advanced it first reports the misses it moved past; counting them here too
+        # would report one outage once per replica.
+        if moved and missed > 0:
+            result.missed.append(
+                MissedFires(space_id=schedule.space_id, action_id=schedule.action_id, count=missed)
+            )
+
+    # -- reconciling rows with the actions -------------------------------------------------------------------
+
+    async def reconcile(self, space_id: int) -> None:
+        """Re-derives one space's schedules from its actions. Call it whenever they change."""
+        entries = await self.lookups.list_actions(space_id)
+        at = await self.queue.now()
+        await self.queue.put_schedules(
+            space_id=space_id,
+            schedules=schedules_for(entries, space_id, self.environment, at, self.max_attempts),
+        )
+
+    async def _scheduled_spaces(self) -> list[int]:
+        listed = getattr(self.lookups, "list_scheduled_spaces", None)
+        if listed is not None:
+            return list(await listed())
+        return list(self.spaces or [])
+
+    async def _reconcile_all(self) -> None:
+        for space_id in await self._scheduled_spaces():
+            # One space whose actions cannot be read must not keep every other space's schedules stale.
+            try:
+                await self.reconcile(space_id)
+            except Exception as error:
+                self.on_error(error)
+
+    # -- the timers ------------------------------------------------------------------------------------------
+
+    async def _guarded(self, run: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+        """One pass at a time per replica: a sweep that outlives its interval must not have another land on
+        top."""
+        if self._running:
+            return
+        self._running = True
+        try:
+            await run()
+        except Exception as error:
+            self.on_error(error)
+        finally:
+            self._running = False
+
+    async def _every(self, interval_ms: int, run: Callable[[], Coroutine[Any, Any, Any]], now: bool) -> None:
+        if now:
+            await self._guarded(run)
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            await self._guarded(run)
+
+    def start(self) -> None:
+        """Sweeps every `poll_ms` (plus up to a second of jitter, so replicas started together spread out) and
+        reconciles the known spaces every `reconcile_ms`. Call it inside a running event loop."""
+        if self._tasks:
+            return
+        interval = self.poll_ms + int(random.random() * 1000)
+        self._tasks.append(asyncio.create_task(self._every(interval, self.sweep, False)))
+        if getattr(self.lookups, "list_scheduled_spaces", None) is None and not self.spaces:
+            logger.warning(
+                "schedules are running but nothing says which spaces to watch: pass `spaces`, or give the "
+                "lookups a `list_scheduled_spaces()`; until then only reconcile(space_id) calls update them"
+            )
+            return
+        self._tasks.append(asyncio.create_task(self._every(self.reconcile_ms, self._reconcile_all, True)))
+
+    def stop(self) -> None:
+        """Cancels the timers. A pass cut short is safe: a fire is enqueued before its schedule moves."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+
+
+def create_scheduler(
+    *,
+    queue: JobQueue,
+    lookups: ActionLookups,
+    environment: str = "main",
+    poll_ms: int = 15_000,
+    batch: int = 200,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reconcile_ms: int = 900_000,
+    spaces: Sequence[int] | None = None,
+    on_error: ErrorHandler | None = None,
+) -> Scheduler:
+    """A leaderless producer of scheduled jobs; every replica may run one."""
+    check.text("environment", environment, check.NAME_MAX_CHARS)
+    check.duration_ms("poll_ms", poll_ms)
+    check.integer("batch", batch, 1, check.MAX_LIMIT)
+    check.integer("max_attempts", max_attempts, 1, check.MAX_INT32)
+    check.duration_ms("reconcile_ms", reconcile_ms)
+    if spaces is not None:
+        spaces = check.space_ids(spaces)
+    return Scheduler(
+        queue=queue,
+        lookups=lookups,
+        environment=environment,
+        poll_ms=poll_ms,
+        batch=batch,
+        max_attempts=max_attempts,
+        reconcile_ms=reconcile_ms,
+        spaces=spaces,
+        on_error=on_error or _log_error,
+    )

@@ -1,0 +1,112 @@
+"""What a space's actions declare about their schedules, read once into rows the scheduler sweeps.
+
+The cron and the zone are read when the actions are saved (or reconciled) and written to a schedule row. What
+a sweep then reads is a due time, not every action of the deployment parsed again: one indexed query a minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Final, Protocol, runtime_checkable
+
+from .cron import cron_next_fire, is_known_time_zone, is_valid_cron
+from .records import ScheduleInput
+from .validation import ID_MAX_CHARS, NAME_MAX_CHARS
+
+#: Attempts a scheduled job is given before it is left for an operator.
+DEFAULT_MAX_ATTEMPTS: Final = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleTrigger:
+    """An action's schedule trigger: a five-field cron, read on the wall clock of `timezone` (UTC when
+    None)."""
+
+    cron: str
+    timezone: str | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionEntry:
+    """One action of a space, as the deployment's lookups describe it."""
+
+    id: str
+    schedule: ScheduleTrigger | None = None
+
+
+@runtime_checkable
+class ActionLookups(Protocol):
+    """What only the deployment can answer: which actions a space has.
+
+    It may also define `async list_scheduled_spaces() -> list[int]`, the spaces the scheduler reconciles on
+    its own; that one is optional (found with `getattr`), so it is not part of the protocol's required
+    surface.
+    """
+
+    async def list_actions(self, space_id: int) -> list[ActionEntry]: ...
+
+
+def schedule_job_id(space_id: int, action_id: str, fire_at: int) -> str:
+    """The id a fire gets, and the whole of the exactly-once guarantee.
+
+    Derived from the STORED fire instant rather than from any node's reading of the clock, so two replicas
+    that disagree about what time it is still write the same id, and the second one's enqueue is a no-op.
+    """
+    return f"schedule:{space_id}:{action_id}:{fire_at}"
+
+
+def schedule_for(
+    entry: ActionEntry,
+    space_id: int,
+    environment: str,
+    at: datetime,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> ScheduleInput | None:
+    """The schedule an action declares as of `at`, or None.
+
+    None for no schedule, an empty expression, or an expression or zone this cannot use. A zone nobody knows
+    is never read as UTC: a schedule that fires at the wrong hour is worse than one that visibly never fires.
+    """
+    trigger = entry.schedule
+    if trigger is None:
+        return None
+    cron = (trigger.cron or "").strip()
+    if not cron or len(cron) > ID_MAX_CHARS or not is_valid_cron(cron):
+        return None
+    zone = (trigger.timezone or "").strip() or None
+    if zone is not None and (len(zone) > NAME_MAX_CHARS or not is_known_time_zone(zone)):
+        return None
+    next_fire = cron_next_fire(cron, at, zone)
+    if next_fire is None:
+        return None
+    return ScheduleInput(
+        space_id=space_id,
+        action_id=entry.id,
+        cron=cron,
+        environment=environment,
+        enabled=bool(trigger.enabled),
+        next_run_at=_epoch_ms(next_fire),
+        max_attempts=max_attempts,
+        timezone=zone,
+    )
+
+
+def schedules_for(
+    entries: Sequence[ActionEntry],
+    space_id: int,
+    environment: str,
+    at: datetime,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> list[ScheduleInput]:
+    """Every schedule a space's actions declare, as of one instant."""
+    found = (schedule_for(entry, space_id, environment, at, max_attempts) for entry in entries)
+    return [schedule for schedule in found if schedule is not None]
+
+
+def _epoch_ms(moment: datetime) -> int:
+    # Whole seconds and microseconds kept apart: a float timestamp can be a millisecond off.
+    whole = moment.replace(microsecond=0).timestamp()
+    return int(whole) * 1000 + moment.microsecond // 1000
