@@ -102,6 +102,8 @@ def statements_for(prefix: str) -> Statements:
     # value fits the unsigned id and 0 can mean "not counted": one statement, whatever else writes the key.
     counted = "IF(LAST_INSERT_ID(CAST({n} + 9223372036854775808 AS UNSIGNED)) >= 0, CAST({n} AS CHAR), '')"
     current = "CAST(v AS DECIMAL(21, 0))"
+    # Values compare as bytes: utf8mb4_bin is PAD SPACE, so `v = 'x '` would match 'x'.
+    same_value = "CAST(v AS BINARY) = CAST(%s AS BINARY)"
     return Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
@@ -265,7 +267,9 @@ def statements_for(prefix: str) -> Statements:
         kv_expire=f"UPDATE {kv} SET expires_at = {NOW_MS} + %s WHERE k = %s AND {live}",
         kv_insert=f"INSERT INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete_lapsed_key=f"DELETE FROM {kv} WHERE k = %s AND {lapsed}",
-        kv_replace=f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND v = %s AND {live}",
-        kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND v = %s AND {live}",
+        kv_replace=(
+            f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND {same_value} AND {live}"
+        ),
+        kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND {same_value} AND {live}",
         kv_purge_lapsed=f"DELETE FROM {kv} WHERE expires_at <= {NOW_MS} LIMIT %s",
     )

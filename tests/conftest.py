@@ -1,0 +1,72 @@
+"""Shared fixtures: one MySQL server for the session (PLITZI_MYSQL_URL, a container, or a throwaway mariadbd)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiomysql
+import pymysql
+import pytest
+
+from plitzi_jobs_mysql.testing import fresh_database, load_time_zones, mysql_server_url
+from plitzi_jobs_mysql.url import parse_mysql_url
+
+
+@pytest.fixture(scope="session")
+def mysql_url() -> Iterator[str]:
+    """A root URL of the session's server (no database), with the time-zone tables loaded."""
+    with mysql_server_url() as url:
+        load_time_zones(url)
+        yield url
+
+
+@pytest.fixture(scope="session")
+def session_db(mysql_url: str) -> Iterator[str]:
+    """One database for the session's store tests; each test empties the tables it uses."""
+    with fresh_database(mysql_url, "pjm_session") as url:
+        yield url
+
+
+@pytest.fixture
+def database_url(mysql_url: str) -> Iterator[str]:
+    """A fresh database of its own, dropped after the test."""
+    with fresh_database(mysql_url) as url:
+        yield url
+
+
+async def open_pool(url: str, **options: Any) -> Any:
+    kwargs = parse_mysql_url(url).aiomysql_kwargs()
+    kwargs.update(options)
+    kwargs.setdefault("minsize", 1)
+    kwargs.setdefault("maxsize", 10)
+    kwargs.setdefault("autocommit", True)
+    return await aiomysql.create_pool(**kwargs)
+
+
+@pytest.fixture
+async def pool(session_db: str) -> AsyncIterator[Any]:
+    """An autocommit pool on the session database."""
+    opened = await open_pool(session_db)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        await opened.wait_closed()
+
+
+def empty_tables(url: str, prefix: str = "") -> None:
+    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs())
+    try:
+        with conn.cursor() as cur:
+            for table in ("action_jobs", "action_schedules", "action_kv"):
+                cur.execute(
+                    "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() "
+                    "AND table_name = %s",
+                    (prefix + table,),
+                )
+                if cur.fetchone()[0]:
+                    cur.execute(f"TRUNCATE TABLE `{prefix}{table}`")
+        conn.commit()
+    finally:
+        conn.close()
