@@ -1,0 +1,32 @@
+"""The jobs, schedules and kv tables.
+
+Revision ID: 0001
+Revises:
+Create Date: 2025-01-01 00:00:00
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import context, op
+
+from plitzi_jobs_mysql.migrations import create_job_tables, drop_job_tables
+
+revision: str = "0001"
+down_revision: str | Sequence[str] | None = None
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def _prefix() -> str:
+    # Set by env.py from `-x prefix=...`; every revision works on the same prefixed tables.
+    return str(context.config.attributes.get("table_prefix", ""))
+
+
+def upgrade() -> None:
+    create_job_tables(op, prefix=_prefix())
+
+
+def downgrade() -> None:
+    drop_job_tables(op, prefix=_prefix())
