@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -15,7 +16,7 @@ from .. import validation as check
 from ..clock import RESYNC_MS, StoreClock, create_store_clock
 from ..memory import LOST_ERROR, ms_to_datetime
 from ..records import Attempt, AttemptOutcome, Job, JobInput, JobPage, Schedule, ScheduleInput
-from .session import Connection, MysqlStore, is_conflict, is_duplicate
+from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +31,8 @@ PURGE_BATCH = 1000
 MAX_SPREAD = 16
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
-
-
 def _optional_text(value: Any) -> str | None:
-    return None if value is None else _text(value)
+    return None if value is None else as_text(value)
 
 
 def _attempt(entry: dict[str, Any]) -> Attempt:
@@ -56,17 +53,17 @@ def _job(row: Sequence[Any]) -> Job:
         run_at, attempts, created_at, updated_at, history, lease_until, worker_id, run_id, cancel_requested, error,
     ) = row
     return Job(
-        id=_text(id_),
+        id=as_text(id_),
         space_id=int(space_id),
-        action_id=_text(action_id),
-        environment=_text(environment),
-        trigger=_text(trigger),
+        action_id=as_text(action_id),
+        environment=as_text(environment),
+        trigger=as_text(trigger),
         input=json.loads(input_),
         due_at=int(due_at),
         max_attempts=int(max_attempts),
         missed=None if missed is None else int(missed),
         key=_optional_text(key),
-        status=_text(status),
+        status=as_text(status),
         run_at=int(run_at),
         attempts=int(attempts),
         created_at=int(created_at),
@@ -85,10 +82,10 @@ def _schedule(row: Sequence[Any]) -> Schedule:
      last_fire_at) = row
     return Schedule(
         space_id=int(space_id),
-        action_id=_text(action_id),
-        cron=_text(cron),
+        action_id=as_text(action_id),
+        cron=as_text(cron),
         timezone=_optional_text(timezone),
-        environment=_text(environment),
+        environment=as_text(environment),
         enabled=bool(enabled),
         next_run_at=int(next_run_at),
         max_attempts=int(max_attempts),
@@ -187,12 +184,12 @@ class MysqlJobQueue:
             return answers
         now = await self._now_ms()
         for batch in _batches(unique):
-            created = await self._store.retrying(lambda conn, b=batch: self._insert_batch(conn, b, now))
+            created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
             for job_id in created:
                 answers[first[job_id]] = True
         return answers
 
-    async def _insert_batch(self, conn: Connection, batch: list[tuple[JobInput, str]], now: int) -> set[str]:
+    async def _insert_batch(self, conn: Connection, *, batch: list[tuple[JobInput, str]], now: int) -> set[str]:
         """One multi-row INSERT; if some ids exist it fails whole, so the existing ones are left out and it
         runs again. Every id it answers was created by this call and no other."""
         remaining = batch
@@ -208,7 +205,7 @@ class MysqlJobQueue:
                 if not is_duplicate(error):
                     raise
             rows = await conn.fetch(self._sql.existing_job_ids, ([job.id for job, _ in remaining],))
-            existing = {_text(row[0]) for row in rows}
+            existing = {as_text(row[0]) for row in rows}
             remaining = [(job, encoded) for job, encoded in remaining if job.id not in existing]
         return set()
 
@@ -289,7 +286,7 @@ class MysqlJobQueue:
         async def beat(conn: Connection) -> list[str]:
             await conn.write(self._sql.renew_leases, (now + lease_ms, ids, worker_id))
             rows = await conn.fetch(self._sql.cancel_requested_ids, (ids, worker_id))
-            asked = {_text(row[0]) for row in rows}
+            asked = {as_text(row[0]) for row in rows}
             return [job_id for job_id in ids if job_id in asked]
 
         return await self._store.retrying(beat)

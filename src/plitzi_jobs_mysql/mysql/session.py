@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import pymysql
 
-from .schema import check_prefix, mysql_job_schema_statements
+from .schema import check_prefix, mysql_job_schema_statements, table_names
 from .statements import Statements, statements_for
 
 log = logging.getLogger(__name__)
@@ -32,6 +31,11 @@ CONFLICTS = frozenset({ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT})
 RETRIES = 5
 
 T = TypeVar("T")
+
+
+def as_text(value: Any) -> str:
+    """VARBINARY columns come back as bytes; they hold UTF-8 text."""
+    return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
 def error_code(error: BaseException) -> int | None:
@@ -181,11 +185,23 @@ class MysqlStore:
                     f"not ({', '.join(wrong)}): open the pool with aiomysql.create_pool(..., charset='utf8mb4')"
                 )
             if self.create_tables:
-                with warnings.catch_warnings():  # "table already exists" is the point of IF NOT EXISTS
-                    warnings.simplefilter("ignore", pymysql.Warning)
-                    for statement in mysql_job_schema_statements(self.prefix):
-                        await conn.write(statement)
+                await self._create_missing_tables(conn)
             self._ready = True
+
+    async def _create_missing_tables(self, conn: Connection) -> None:
+        """Only what is missing: no DDL (and no metadata lock) at all once the tables exist."""
+        names = table_names(self.prefix)
+        wanted = [names.jobs, names.schedules, names.kv]
+        rows = await conn.fetch(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
+            "AND table_name IN %s",
+            (wanted,),
+        )
+        present = {as_text(row[0]) for row in rows}
+        for name, statement in zip(wanted, mysql_job_schema_statements(self.prefix), strict=True):
+            if name not in present:
+                log.info("creating table %s", name)
+                await conn.write(statement)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:

@@ -32,17 +32,14 @@ SCHEDULE_COLUMNS = (
 )
 TERMINAL = "('succeeded', 'failed', 'dead', 'cancelled')"
 
-# A schedule row with an empty action id, one per space, that `put_schedules` locks first: writers of one space
-# then replace its set one after another, on one server and across Galera nodes (a row both write conflicts).
-GUARD_ACTION_ID = ""
 
 
 def _attempt_json(status: str, worker: str, run_id: str, error: str, ended_at: str) -> str:
     """A history entry appended in SQL, numbered by the history itself and started at the claim."""
     return (
-        "JSON_OBJECT('attempt', JSON_LENGTH(history) + 1, 'status', {status}, 'started_at', claimed_at, "
-        "'ended_at', {ended_at}, 'worker_id', {worker}, 'run_id', {run_id}, 'error', {error})"
-    ).format(status=status, worker=worker, run_id=run_id, error=error, ended_at=ended_at)
+        f"JSON_OBJECT('attempt', JSON_LENGTH(history) + 1, 'status', {status}, 'started_at', claimed_at, "
+        f"'ended_at', {ended_at}, 'worker_id', {worker}, 'run_id', {run_id}, 'error', {error})"
+    )
 
 
 @dataclass(frozen=True)
@@ -218,6 +215,9 @@ def statements_for(prefix: str) -> Statements:
             f"UPDATE {schedules} SET next_run_at = %s, last_fire_at = %s, missed = missed + %s, updated_at = %s "
             "WHERE space_id = %s AND action_id = %s AND next_run_at = %s"
         ),
+        # A schedule row with an empty action id, one per space, that `put_schedules` locks first: writers of one
+        # space then replace its set one after another, on one server and across Galera nodes (a row both write
+        # conflicts). It is never enabled, so never due, and never listed.
         lock_space_schedules=(
             f"INSERT INTO {schedules} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
             "max_attempts, missed, updated_at) VALUES (%s, '', '', NULL, '', 0, 0, 1, 0, %s) "

@@ -1,0 +1,295 @@
+"""What only the MySQL adapters have to prove: the server's clock, first use, the schema, and the claim's plan."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pymysql
+import pytest
+
+from plitzi_jobs_mysql import (
+    AttemptOutcome,
+    JobInput,
+    create_mysql_job_queue,
+    create_mysql_kv,
+    mysql_job_schema_statements,
+    mysql_job_schema_upgrades,
+)
+from plitzi_jobs_mysql.mysql.statements import statements_for
+from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .conftest import open_pool
+
+
+def job(id: str, **fields: Any) -> JobInput:
+    values: dict[str, Any] = {
+        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {}, "due_at": 0,
+        "max_attempts": 3,
+    }
+    values.update(fields)
+    return JobInput(id=id, **values)
+
+
+def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
+    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, args)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
+def tables(url: str) -> list[str]:
+    return sorted(row[0] for row in sql(url, "SHOW TABLES"))
+
+
+@pytest.fixture
+async def pools(database_url: str) -> AsyncIterator[list[Any]]:
+    """Opens pools on a fresh database, and closes them after the test."""
+    opened: list[Any] = []
+    yield opened
+    for pool in opened:
+        pool.close()
+        await pool.wait_closed()
+
+
+async def pool_on(pools: list[Any], url: str, **options: Any) -> Any:
+    pool = await open_pool(url, **options)
+    pools.append(pool)
+    return pool
+
+
+# -- the server's clock -------------------------------------------------------------------------------------
+
+
+async def test_instants_are_the_servers_even_when_it_is_told_another_time(
+    database_url: str, pools: list[Any]
+) -> None:
+    faked = 1_700_000_000  # 2023-11-14T22:13:20Z: far from this machine's clock
+    pool = await pool_on(pools, database_url, init_command=f"SET SESSION timestamp = {faked}")
+    queue = create_mysql_job_queue(pool)
+    now = await queue.now()
+    assert abs(now.timestamp() - faked) < 5
+    await queue.enqueue(job("due", due_at=faked * 1000 - 1))
+    await queue.enqueue(job("later", due_at=faked * 1000 + 3_600_000))
+    found = await queue.get_job([1], "due")
+    assert found is not None and abs(found.created_at - faked * 1000) < 5_000
+    taken = await queue.claim(worker_id="w", lease_ms=1_000, limit=10)
+    assert [j.id for j in taken] == ["due"]  # due by the server's clock, not by this machine's
+
+
+async def test_the_clock_is_exact_inside_a_fall_back_hour(database_url: str, pools: list[Any]) -> None:
+    # 2024-10-27 00:30 UTC is 02:30 CEST in Berlin, the first pass through the repeated hour: UNIX_TIMESTAMP(NOW())
+    # reads it back an hour wrong. The session zone must not matter.
+    for instant in (1_729_989_000, 1_729_992_600):  # 00:30 and 01:30 UTC: 02:30 local, twice
+        pool = await pool_on(
+            pools, database_url,
+            init_command=f"SET SESSION time_zone = 'Europe/Berlin', SESSION timestamp = {instant}",
+        )
+        queue = create_mysql_job_queue(pool)
+        now = await queue.now()
+        assert abs(now.timestamp() - instant) < 5, (datetime.fromtimestamp(instant, UTC), now)
+        kv = create_mysql_kv(pool)
+        await kv.set("k", "v", ttl_seconds=60)
+        assert await kv.get("k") == "v"
+
+
+async def test_resync_clock_takes_the_servers_time_again(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool)
+    first = await queue.now()
+    async with pool.acquire() as conn:  # every pooled connection now reports an hour later
+        async with conn.cursor() as cur:
+            await cur.execute("SET SESSION timestamp = UNIX_TIMESTAMP() + 3600")
+    assert (await queue.now() - first).total_seconds() < 60  # still trusting the last reading
+    queue.resync_clock()
+    assert (await queue.now() - first).total_seconds() > 3000
+
+
+async def test_a_skewed_application_clock_changes_nothing(
+    database_url: str, pools: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 6 * 3600)
+    monkeypatch.setattr(time, "time_ns", lambda: int((real() + 6 * 3600) * 1e9))
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool)
+    server_now = sql(database_url, "SELECT UNIX_TIMESTAMP(NOW(3))")[0][0]
+    assert abs((await queue.now()).timestamp() - float(server_now)) < 5
+    await queue.enqueue(job("j"))
+    (taken,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+    assert taken.lease_until is not None and abs(taken.lease_until / 1000 - float(server_now) - 60) < 5
+
+
+# -- first use ----------------------------------------------------------------------------------------------
+
+
+async def test_first_use_creates_the_three_tables(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool, table_prefix="app_")
+    assert tables(database_url) == []  # nothing is sent before the first call
+    await queue.enqueue(job("j"))
+    assert tables(database_url) == ["app_action_jobs", "app_action_kv", "app_action_schedules"]
+    kv = create_mysql_kv(pool, table_prefix="other_")
+    await kv.set("k", "v")
+    assert "other_action_jobs" in tables(database_url)
+
+
+async def test_create_tables_false_never_sends_ddl(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool, create_tables=False)
+    kv = create_mysql_kv(pool, create_tables=False)
+    with pytest.raises(pymysql.err.ProgrammingError):
+        await queue.enqueue(job("j"))
+    with pytest.raises(pymysql.err.ProgrammingError):
+        await kv.set("k", "v")
+    assert tables(database_url) == []
+    for statement in mysql_job_schema_statements() + mysql_job_schema_upgrades():
+        sql(database_url, statement)
+    assert await queue.enqueue(job("j")) is True
+    await kv.set("k", "v")
+    assert await kv.get("k") == "v"
+
+
+async def test_a_failed_creation_is_tried_again_by_the_next_call(
+    database_url: str, mysql_url: str, pools: list[Any]
+) -> None:
+    db = parse_mysql_url(database_url).database
+    user = f"pjm_{db[-8:]}"
+    sql(mysql_url, f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
+    try:
+        sql(mysql_url, f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.* TO '{user}'@'%'")
+        url = parse_mysql_url(database_url)
+        limited = f"mysql://{user}:pw@{url.host}:{url.port}/{db}"
+        pool = await pool_on(pools, limited)
+        queue = create_mysql_job_queue(pool)
+        with pytest.raises(pymysql.err.OperationalError):  # no CREATE privilege yet
+            await queue.enqueue(job("j"))
+        for table in ("action_jobs", "action_schedules", "action_kv"):  # table grants reach open sessions
+            sql(mysql_url, f"GRANT CREATE ON `{db}`.`{table}` TO '{user}'@'%'")
+        assert await queue.enqueue(job("j")) is True
+    finally:
+        sql(mysql_url, f"DROP USER IF EXISTS '{user}'@'%'")
+
+
+async def test_a_connection_in_another_character_set_is_refused_on_first_use(
+    database_url: str, pools: list[Any]
+) -> None:
+    pool = await pool_on(pools, database_url, charset="latin1")
+    with pytest.raises(RuntimeError, match="utf8mb4"):
+        await create_mysql_job_queue(pool).enqueue(job("j"))
+    with pytest.raises(RuntimeError, match="utf8mb4"):
+        await create_mysql_kv(pool).set("k", "v")
+    sneaky = await pool_on(pools, database_url, init_command="SET NAMES latin1")
+    with pytest.raises(RuntimeError, match="character_set_client"):
+        await create_mysql_job_queue(sneaky).enqueue(job("j"))
+    assert tables(database_url) == []
+
+
+@pytest.mark.parametrize("prefix", ["bad-prefix", "a b", "x;DROP", "ü", "p" * 49, "`"])
+async def test_a_bad_prefix_is_refused_before_any_sql(prefix: str, database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    with pytest.raises(ValueError, match="table_prefix"):
+        create_mysql_job_queue(pool, table_prefix=prefix)
+    with pytest.raises(ValueError, match="table_prefix"):
+        create_mysql_kv(pool, table_prefix=prefix)
+    with pytest.raises(ValueError, match="table_prefix"):
+        mysql_job_schema_statements(prefix)
+    with pytest.raises(ValueError, match="table_prefix"):
+        mysql_job_schema_upgrades(prefix)
+    assert tables(database_url) == []
+
+
+async def test_an_autocommit_off_pool_hands_on_no_stale_read_view(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url, autocommit=False, minsize=1, maxsize=1)
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue(job("j"))
+    assert await queue.get_job([1], "j") is not None  # a plain read on the only connection
+    sql(database_url, "UPDATE action_jobs SET status = 'cancelled'")  # another client writes
+    found = await queue.get_job([1], "j")
+    assert found is not None and found.status == "cancelled"
+    sql(database_url, "ALTER TABLE action_jobs COMMENT = 'DDL must not wait on a read view left open'")
+
+
+# -- the schema ---------------------------------------------------------------------------------------------
+
+
+def test_schema_statements_are_plain_and_prefixed() -> None:
+    statements = mysql_job_schema_statements("app_")
+    assert len(statements) == 3
+    assert all(s.startswith("CREATE TABLE IF NOT EXISTS `app_action_") for s in statements)
+    assert mysql_job_schema_upgrades("app_") == []
+
+
+async def test_identifier_columns_compare_bytes(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    await create_mysql_job_queue(pool).enqueue(job("j"))
+    rows = sql(
+        database_url,
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = DATABASE() "
+        "AND column_name IN ('id', 'action_id', 'key', 'worker_id', 'k')",
+    )
+    assert {t for _, t in rows} == {"varbinary"}
+
+
+# -- the claim's cost ---------------------------------------------------------------------------------------
+
+
+async def test_the_claim_reads_through_the_index_without_sorting_the_backlog(
+    database_url: str, pools: list[Any]
+) -> None:
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue(job("seed"))
+    # a backlog and a finished history, written straight in SQL
+    sql(database_url, """
+        INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,
+            status, run_at, attempts, created_at, updated_at, history)
+        SELECT CONCAT('b', seq), 1, 'a', 'main', 't', '{}', seq, 3,
+            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM seq_1_to_20000""")
+    sql(database_url, "ANALYZE TABLE action_jobs")
+    statement = statements_for("").claim_candidates
+    plan = sql(database_url, "EXPLAIN " + statement, (10**12, 40, 10**12, 40))
+    text = repr(plan)
+    assert "filesort" not in text.lower() and "job_due" in text, plan
+    taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=10)
+    assert [j.id for j in taken] == ["seed"] + [f"b{n}" for n in range(1, 19, 2)]
+
+
+# -- retention ----------------------------------------------------------------------------------------------
+
+
+async def test_finished_jobs_are_removed_after_the_retention_period(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool, retention_days=1)
+    await queue.enqueue_many([job("done"), job("waiting", due_at=10**13)])
+    (taken,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+    await queue.settle(job_id=taken.id, worker_id="w", status="succeeded",
+                       attempt=AttemptOutcome(status="succeeded", worker_id="w"))
+    assert await queue.get_job([1], "done") is not None
+    # Two days later by the server's clock (a queue whose pool is told so):
+    later = await pool_on(pools, database_url, init_command="SET SESSION timestamp = UNIX_TIMESTAMP() + 172800")
+    future = create_mysql_job_queue(later, retention_days=1)
+    await future.claim(worker_id="w", lease_ms=1_000, limit=1)
+    assert await queue.get_job([1], "done") is None
+    assert await queue.get_job([1], "waiting") is not None  # never anything anybody waits on
+
+
+async def test_claims_from_many_pools_at_once_never_share_a_job(database_url: str, pools: list[Any]) -> None:
+    queues = [create_mysql_job_queue(await pool_on(pools, database_url, maxsize=4)) for _ in range(4)]
+    await queues[0].enqueue_many([job(f"j{n}") for n in range(400)])
+
+    async def drain(queue: Any, name: str) -> list[str]:
+        got: list[str] = []
+        while batch := await queue.claim(worker_id=name, lease_ms=60_000, limit=10):
+            got += [j.id for j in batch]
+        return got
+
+    results = await asyncio.gather(*(drain(q, f"w{i}-{n}") for i, q in enumerate(queues) for n in range(4)))
+    everything = [i for r in results for i in r]
+    assert len(everything) == 400 and len(set(everything)) == 400
