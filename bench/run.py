@@ -1,0 +1,651 @@
+"""Benchmarks of the MySQL job queue, reported as ratios measured side by side in one run.
+
+    python bench/run.py [--quick] [--out bench/RESULTS.md] [--only raw,enqueue,drain,latency]
+
+The server is `PLITZI_MYSQL_URL` if set, else a throwaway one from `plitzi_jobs_mysql.testing.server`. The
+bench creates its own database (`bench_<random>`) and drops it at the end. Progress goes to stderr; the report
+(machine, versions, command, table, targets, EXPLAINs) to `--out`. See bench/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import os
+import platform
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import aiomysql
+import pymysql
+
+from plitzi_jobs_mysql.mysql import create_mysql_job_queue
+from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, table_names
+from plitzi_jobs_mysql.mysql.session import bind
+from plitzi_jobs_mysql.mysql.statements import NOW_MS, statements_for
+from plitzi_jobs_mysql.records import JobInput
+from plitzi_jobs_mysql.url import parse_mysql_url
+
+JOBS = table_names("").jobs
+SQL = statements_for("")
+LEASE_MS = 60_000
+CLAIM_LIMIT = 10
+ER_LOCK_DEADLOCK = 1213
+COUNTERS = ("Questions", "Com_update", "Com_select", "Com_delete", "Com_insert", "Innodb_deadlocks")
+
+
+def progress(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Plan:
+    reps: int
+    raw_seconds: float
+    enqueue_jobs: int
+    enqueue_batch: int
+    drain_jobs: int
+    drain_loops: tuple[int, ...]
+    finished_rows: int
+    backlogs: tuple[int, ...]
+    running_rows: tuple[int, ...]
+    latency_samples: int
+
+
+FULL = Plan(
+    reps=5, raw_seconds=3.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
+    finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
+)
+QUICK = Plan(
+    reps=3, raw_seconds=2.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=5_000, drain_loops=(1, 4, 16),
+    finished_rows=200_000, backlogs=(1_000, 10_000, 50_000), running_rows=(1_000,), latency_samples=200,
+)
+
+
+# -- the server ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def server_url() -> Iterator[tuple[str, str]]:
+    """The root URL, and a line saying where it came from."""
+    env = os.environ.get("PLITZI_MYSQL_URL", "").strip()
+    if env:
+        yield env, f"`PLITZI_MYSQL_URL` ({parse_mysql_url(env)}) - other clients of that server add noise"
+        return
+    from plitzi_jobs_mysql.testing.server import mysql_server_url
+
+    progress("starting a throwaway server (plitzi_jobs_mysql.testing.server.mysql_server_url)")
+    with mysql_server_url() as url:
+        where = parse_mysql_url(url)
+        yield url, f"throwaway server from `plitzi_jobs_mysql.testing.server.mysql_server_url()` ({where})"
+
+
+class Admin:
+    """A plain PyMySQL connection for setup, counters and EXPLAIN: never on a timed path."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        self.conn = pymysql.connect(autocommit=True, **kwargs)
+        self.baseline = 0
+        self.baseline = self._calibrate()
+        self.mariadb = "mariadb" in str(self.rows("SELECT VERSION()")[0][0]).lower()
+
+    def run(self, sql: str, args: Any = None) -> int:
+        with self.conn.cursor() as cur:
+            return int(cur.execute(sql, args))
+
+    def rows(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return list(cur.fetchall())
+
+    def counters(self) -> dict[str, int]:
+        names = ", ".join(f"'{n}'" for n in COUNTERS)
+        got = {str(k): int(v) for k, v in self.rows(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")}
+        return {n: got.get(n, 0) for n in COUNTERS}
+
+    def delta(self, before: dict[str, int]) -> dict[str, int]:
+        after = self.counters()
+        out = {n: after[n] - before[n] for n in COUNTERS}
+        out["Questions"] -= self.baseline  # our own SHOW
+        return out
+
+    def _calibrate(self) -> int:
+        before = self.counters()
+        after = self.counters()
+        return after["Questions"] - before["Questions"]
+
+    def now_ms(self) -> int:
+        return int(self.rows(f"SELECT {NOW_MS}")[0][0])
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def seq_source(admin: Admin, n: int) -> str:
+    """A derived table with column `seq` = 1..n: MariaDB's Sequence engine, else a cross join of digits."""
+    try:
+        admin.rows("SELECT seq FROM seq_1_to_1")
+        return f"seq_1_to_{n}"
+    except pymysql.err.MySQLError:
+        pass
+    admin.run("CREATE TABLE IF NOT EXISTS bench_digits (d INT PRIMARY KEY)")
+    admin.run("INSERT IGNORE INTO bench_digits VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)")
+    digits = len(str(n))
+    terms = " + ".join(f"d{i}.d * {10**i}" for i in range(digits))
+    joins = ", ".join(f"bench_digits d{i}" for i in range(digits))
+    return f"(SELECT {terms} + 1 AS seq FROM {joins} HAVING seq <= {n})"
+
+
+def fill_jobs(admin: Admin, n: int, *, status: str, prefix: str, base_ms: int, lease_until: int | None = None) -> None:
+    """n rows straight in SQL, shaped like enqueue's (ids `{prefix}{i}`, run_at base_ms + i)."""
+    if n <= 0:
+        return
+    attempts = 0 if status == "pending" else 1
+    admin.run(
+        f"INSERT INTO `{JOBS}` (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
+        "missed, `key`, status, run_at, attempts, created_at, updated_at, history, lease_until, worker_id, "
+        "claimed_at) "
+        f"SELECT CONCAT(%s, seq), 1, 'bench', 'production', 'manual', '{{}}', %s + seq, 3, NULL, NULL, %s, "
+        f"%s + seq, %s, %s + seq, %s + seq, '[]', %s, IF(%s = 'running', 'bench-holder', NULL), "
+        f"IF(%s = 'running', %s, NULL) FROM {seq_source(admin, n)}",
+        (prefix, base_ms, status, base_ms, attempts, base_ms, base_ms, lease_until, status, status, base_ms),
+    )
+
+
+async def open_pool(kwargs: dict[str, Any], size: int) -> Any:
+    return await aiomysql.create_pool(minsize=size, maxsize=size, autocommit=True, **kwargs)
+
+
+async def close_pool(pool: Any) -> None:
+    pool.close()
+    await pool.wait_closed()
+
+
+def summary(values: list[float]) -> tuple[float, float]:
+    return min(values), statistics.median(values)
+
+
+# -- 1. raw limit -------------------------------------------------------------------------------------------
+
+
+async def raw_limit(pool: Any, seconds: float, tasks: int = 16, rows: int = 1024) -> float:
+    """Single-row primary-key UPDATEs from `tasks` tasks, a pool borrow per statement: statements/s."""
+    count = 0
+    deadline = time.perf_counter() + seconds
+
+    async def task(i: int) -> None:
+        nonlocal count
+        key = i
+        while time.perf_counter() < deadline:
+            async with pool.acquire() as conn, conn.cursor() as cur:
+                await cur.execute("UPDATE bench_raw SET n = n + 1 WHERE id = %s", (key % rows + 1,))
+            count += 1
+            key += tasks
+
+    started = time.perf_counter()
+    await asyncio.gather(*(task(i) for i in range(tasks)))
+    return count / (time.perf_counter() - started)
+
+
+# -- 2. enqueue ---------------------------------------------------------------------------------------------
+
+
+def job_inputs(n: int, tag: str, due_at: int) -> list[JobInput]:
+    return [
+        JobInput(id=f"{tag}-{i}", space_id=1, action_id="bench", environment="production", trigger="manual",
+                 input={"i": i}, due_at=due_at, max_attempts=3)
+        for i in range(n)
+    ]
+
+
+async def enqueue_rate(pool: Any, mode: str, jobs: list[JobInput], batch: int) -> float:
+    queue = create_mysql_job_queue(pool)
+    await queue.now()  # first use (tables, charset check) and the clock reading, outside the timing
+    started = time.perf_counter()
+    if mode == "one":
+        for job in jobs:
+            await queue.enqueue(job)
+    elif mode == "eight":
+        async def producer(part: list[JobInput]) -> None:
+            for job in part:
+                await queue.enqueue(job)
+        await asyncio.gather(*(producer(jobs[i::8]) for i in range(8)))
+    else:
+        for i in range(0, len(jobs), batch):
+            await queue.enqueue_many(jobs[i : i + batch])
+    return len(jobs) / (time.perf_counter() - started)
+
+
+# -- 3. drain -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DrainResult:
+    jobs_per_s: float
+    statements_per_job: float
+    lost_per_job: float
+    empty_claims: int
+    deadlocks_seen: int
+    innodb_deadlocks: int
+    exactly_once: bool
+    detail: str
+
+
+async def drain(pool: Any, admin: Admin, n: int, loops: int, rep: int, timeout_s: float = 300.0) -> DrainResult:
+    """`loops` claim loops, each its own queue (a replica: its own adaptive spread), over one pool."""
+    admin.run(f"TRUNCATE TABLE `{JOBS}`")
+    fill_jobs(admin, n, status="pending", prefix=f"d{rep}-", base_ms=admin.now_ms() - 3_600_000)
+    queues = [create_mysql_job_queue(pool) for _ in range(loops)]
+    for queue in queues:
+        await queue.now()
+    handed: dict[str, str] = {}
+    twice: list[str] = []
+    settled = 0
+    empty = 0
+    deadlocks = 0
+    before = admin.counters()
+    deadline = time.perf_counter() + timeout_s
+
+    async def loop(index: int) -> None:
+        nonlocal settled, empty, deadlocks
+        queue, worker = queues[index], f"w{index}"
+        while settled < n and time.perf_counter() < deadline:
+            try:
+                jobs = await queue.claim(worker_id=worker, lease_ms=LEASE_MS, limit=CLAIM_LIMIT)
+            except pymysql.err.MySQLError as error:
+                if error.args and error.args[0] == ER_LOCK_DEADLOCK:
+                    deadlocks += 1
+                    continue
+                raise
+            if not jobs:
+                empty += 1
+                await asyncio.sleep(0.005)  # the tail: the rest is held by other loops
+                continue
+            for job in jobs:
+                if job.id in handed:
+                    twice.append(job.id)
+                handed[job.id] = worker
+                try:
+                    await queue.settle(job_id=job.id, worker_id=worker, status="succeeded")
+                except pymysql.err.MySQLError as error:
+                    if error.args and error.args[0] == ER_LOCK_DEADLOCK:
+                        deadlocks += 1
+                    raise
+                settled += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(i) for i in range(loops)))
+    elapsed = time.perf_counter() - started
+    delta = admin.delta(before)
+    total, succeeded, once = admin.rows(
+        f"SELECT COUNT(*), COALESCE(SUM(status = 'succeeded'), 0), COALESCE(SUM(attempts = 1), 0) FROM `{JOBS}`"
+    )[0]
+    ok = not twice and settled == n == int(total) == int(succeeded) == int(once) == len(handed)
+    cas = delta["Com_update"] - settled  # every UPDATE that is not a settle is a claim's compare-and-set
+    return DrainResult(
+        jobs_per_s=settled / elapsed,
+        statements_per_job=delta["Questions"] / max(settled, 1),
+        lost_per_job=(cas - settled) / max(settled, 1),
+        empty_claims=empty,
+        deadlocks_seen=deadlocks,
+        innodb_deadlocks=delta["Innodb_deadlocks"],
+        exactly_once=ok,
+        detail=f"settled={settled}/{n} rows={total} succeeded={succeeded} attempts1={once} twice={len(twice)}",
+    )
+
+
+# -- 4. claim latency ---------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+async def claim_latency(pool: Any, admin: Admin, samples: int) -> tuple[float, float]:
+    """p50/p99 (ms) of claim(limit=10) by one claimer; the claimed jobs are put back pending between claims
+    (untimed) so the backlog stays as it is."""
+    queue = create_mysql_job_queue(pool)
+    await queue.now()
+    times: list[float] = []
+    for i in range(samples + 20):
+        started = time.perf_counter()
+        jobs = await queue.claim(worker_id="lat", lease_ms=LEASE_MS, limit=CLAIM_LIMIT)
+        took = (time.perf_counter() - started) * 1000
+        if i >= 20:  # warm-up
+            times.append(took)
+        if jobs:
+            ids = [job.id for job in jobs]
+            admin.run(
+                *bind(f"UPDATE `{JOBS}` SET status = 'pending', attempts = 0, worker_id = NULL, lease_until = NULL, "
+                      "claimed_at = NULL WHERE id IN %s", (ids,))
+            )
+    return percentile(times, 50), percentile(times, 99)
+
+
+def explain(admin: Admin, name: str, sql: str, args: Any) -> tuple[str, str, list[tuple[Any, ...]], list[str]]:
+    """EXPLAIN; for a SELECT on MariaDB, ANALYZE (it runs the read and adds the rows really read, r_rows)."""
+    bound_sql, bound_args = bind(sql, args)
+    with admin.conn.cursor() as cur:
+        text = cur.mogrify(bound_sql, bound_args)
+        analyze = admin.mariadb and not text.lstrip().upper().startswith("UPDATE")
+        cur.execute(("ANALYZE " if analyze else "EXPLAIN ") + text)
+        header = [d[0] for d in cur.description]
+        rows = list(cur.fetchall())
+    return name, text, rows, header
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    lines: list[str] = field(default_factory=list)
+    targets: list[tuple[str, bool, str]] = field(default_factory=list)
+
+    def target(self, name: str, ok: bool, detail: str) -> None:
+        self.targets.append((name, ok, detail))
+        progress(f"target {'PASS' if ok else 'FAIL'}: {name} ({detail})")
+
+
+def machine() -> list[str]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    memory = "unknown"
+    with contextlib.suppress(OSError):
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    return [f"- CPU: {os.cpu_count()} x {model}", f"- memory: {memory}", f"- OS: {platform.platform()}"]
+
+
+def fmt(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+async def run(args: argparse.Namespace) -> int:
+    plan = QUICK if args.quick else FULL
+    only = set(args.only.split(",")) if args.only else {"raw", "enqueue", "drain", "latency"}
+    drain_loops = tuple(int(x) for x in args.loops.split(",")) if args.loops else plan.drain_loops
+    reps = args.reps or plan.reps
+    report = Report()
+    started_at = dt.datetime.now(dt.UTC)
+    t0 = time.perf_counter()
+    with server_url() as root_url, contextlib.ExitStack() as stack:
+        url, origin = root_url
+        server = parse_mysql_url(url)
+        root_admin = Admin(server.pymysql_kwargs())
+        stack.callback(root_admin.close)
+        database = f"bench_{secrets.token_hex(4)}"
+        root_admin.run(f"CREATE DATABASE `{database}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        stack.callback(lambda: root_admin.run(f"DROP DATABASE IF EXISTS `{database}`"))
+        progress(f"database {database} on {server}")
+        kwargs = server.with_database(database).aiomysql_kwargs()
+        admin = Admin(server.with_database(database).pymysql_kwargs())
+        stack.callback(admin.close)
+        for statement in mysql_job_schema_statements(""):
+            admin.run(statement)
+        admin.run("CREATE TABLE bench_raw (id INT PRIMARY KEY, n BIGINT NOT NULL)")
+        admin.run(f"INSERT INTO bench_raw SELECT seq, 0 FROM {seq_source(admin, 1024)}")
+        version = admin.rows("SELECT VERSION()")[0][0]
+        settings = dict(admin.rows(
+            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_buffer_pool_size', "
+            "'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'transaction_isolation', 'tx_isolation')"
+        ))
+
+        deadlock_text = ""
+        raws: list[float] = []
+        rows_out: list[tuple[str, str, str, str]] = []  # scenario, figure, min, median
+
+        # 1 + 3: raw limit and drains, interleaved rep by rep so their ratios share the same noise.
+        drains: dict[int, list[DrainResult]] = {loops: [] for loops in drain_loops}
+        if "raw" in only or "drain" in only:
+            max_loops = max(drain_loops) if "drain" in only else 16
+            pool = await open_pool(kwargs, max(16, max_loops))
+            try:
+                for rep in range(reps):
+                    if "raw" in only:
+                        raws.append(await raw_limit(pool, plan.raw_seconds))
+                        progress(f"raw limit rep {rep + 1}/{reps}: {raws[-1]:,.0f} statements/s")
+                    if "drain" in only:
+                        for loops in drain_loops:
+                            r = await drain(pool, admin, args.drain_jobs or plan.drain_jobs, loops, rep)
+                            drains[loops].append(r)
+                            progress(
+                                f"drain {loops:>2} loops rep {rep + 1}/{reps}: {r.jobs_per_s:,.0f} jobs/s, "
+                                f"{r.statements_per_job:.2f} statements/job, {r.lost_per_job:.2f} lost CAS/job, "
+                                f"{r.empty_claims} empty claims, exactly-once {'ok' if r.exactly_once else 'BROKEN'}"
+                            )
+            finally:
+                await close_pool(pool)
+        raw_med = statistics.median(raws) if raws else float("nan")
+        if raws:
+            lo, med = summary(raws)
+            rows_out.append(("raw limit: 1-row PK UPDATE, 16 tasks", "statements/s", fmt(lo), fmt(med)))
+
+        # 2: enqueue
+        enqueue: dict[str, list[float]] = {"one": [], "eight": [], "many": []}
+        if "enqueue" in only:
+            pool = await open_pool(kwargs, 8)
+            try:
+                for rep in range(reps):
+                    for mode in ("one", "eight", "many"):
+                        admin.run(f"TRUNCATE TABLE `{JOBS}`")
+                        jobs = job_inputs(plan.enqueue_jobs, f"e{rep}{mode}", admin.now_ms())
+                        rate = await enqueue_rate(pool, mode, jobs, plan.enqueue_batch)
+                        enqueue[mode].append(rate)
+                        progress(f"enqueue {mode} rep {rep + 1}/{reps}: {rate:,.0f} jobs/s")
+            finally:
+                await close_pool(pool)
+            labels = {
+                "one": "enqueue: one producer, `enqueue`",
+                "eight": "enqueue: eight producers, `enqueue`",
+                "many": f"enqueue: one producer, `enqueue_many` x{plan.enqueue_batch}",
+            }
+            for mode, label in labels.items():
+                lo, med = summary(enqueue[mode])
+                rows_out.append((f"{label} ({plan.enqueue_jobs:,} jobs)", "jobs/s", fmt(lo), fmt(med)))
+
+        drain_n = args.drain_jobs or plan.drain_jobs
+        for loops, results in drains.items():
+            if not results:
+                continue
+            name = f"drain {drain_n:,}: {loops} claim loop{'s' if loops > 1 else ''}"
+            for label, values, digits in (
+                ("jobs/s", [r.jobs_per_s for r in results], 0),
+                ("statements/job", [r.statements_per_job for r in results], 2),
+                ("lost CAS/job", [r.lost_per_job for r in results], 2),
+                ("empty claims", [float(r.empty_claims) for r in results], 0),
+            ):
+                lo, med = summary(values)
+                rows_out.append((name, label, fmt(lo, digits), fmt(med, digits)))
+            if raws:
+                ratios = [r.jobs_per_s / raw_med for r in results]
+                lo, med = summary(ratios)
+                rows_out.append((name, "jobs per raw statement", fmt(lo, 3), fmt(med, 3)))
+
+        # 4: claim latency over a big finished table
+        latency: dict[str, tuple[float, float]] = {}
+        explains: list[tuple[str, str, list[tuple[Any, ...]], list[str]]] = []
+        if "latency" in only:
+            finished = args.finished or plan.finished_rows
+            admin.run(f"TRUNCATE TABLE `{JOBS}`")
+            now = admin.now_ms()
+            progress(f"latency: filling {finished:,} succeeded jobs")
+            t_fill = time.perf_counter()
+            fill_jobs(admin, finished, status="succeeded", prefix="f-", base_ms=now - 86_400_000)
+            admin.run(f"ANALYZE TABLE `{JOBS}`")
+            progress(f"latency: filled in {time.perf_counter() - t_fill:.1f} s")
+            pool = await open_pool(kwargs, 2)
+            try:
+                have = 0
+                for backlog in plan.backlogs:
+                    fill_jobs(admin, backlog - have, status="pending", prefix=f"p{have}-",
+                              base_ms=now - 3_600_000 + have)
+                    have = backlog
+                    p50, p99 = await claim_latency(pool, admin, plan.latency_samples)
+                    latency[f"{backlog}"] = (p50, p99)
+                    progress(f"latency: backlog {backlog:,}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+                    if backlog == plan.backlogs[-1]:
+                        t_now = admin.now_ms()
+                        explains.append(explain(admin, "claim_candidates (both reads, UNION ALL)",
+                                                SQL.claim_candidates, (t_now, 10, t_now, 10)))
+                        explains.append(explain(admin, "claim_candidates, window 160 (spread 16)",
+                                                SQL.claim_candidates, (t_now, 160, t_now, 160)))
+                        seqs = [int(r[0]) for r in admin.rows(
+                            f"SELECT seq FROM `{JOBS}` WHERE status = 'pending' ORDER BY run_at, seq LIMIT 10")]
+                        explains.append(explain(admin, "claim_pending (the CAS)", SQL.claim_pending,
+                                                {"worker": "w", "lease_until": t_now + LEASE_MS, "now": t_now,
+                                                 "seq": seqs[0]}))
+                        explains.append(explain(admin, "claimed_jobs", SQL.claimed_jobs, (seqs, "w")))
+                # Running (unexpired) rows: what the lapsed-lease read has to step over.
+                have_running = 0
+                for running in plan.running_rows:
+                    fill_jobs(admin, running - have_running, status="running", prefix=f"r{have_running}-",
+                              base_ms=now - 7_200_000 + have_running, lease_until=now + 86_400_000)
+                    have_running = running
+                    p50, p99 = await claim_latency(pool, admin, plan.latency_samples)
+                    latency[f"{plan.backlogs[-1]}+{running}r"] = (p50, p99)
+                    progress(f"latency: backlog {plan.backlogs[-1]:,} + {running:,} running: "
+                             f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+                t_now = admin.now_ms()
+                explains.append(explain(admin, f"claim_candidates with {have_running:,} running rows",
+                                        SQL.claim_candidates, (t_now, 10, t_now, 10)))
+                seqs = [int(r[0]) for r in admin.rows(
+                    f"SELECT seq FROM `{JOBS}` WHERE status = 'running' ORDER BY seq DESC LIMIT 10")]
+                explains.append(explain(admin, f"claimed_jobs with {have_running:,} running rows",
+                                        SQL.claimed_jobs, (seqs, "bench-holder")))
+            finally:
+                await close_pool(pool)
+            for key, (p50, p99) in latency.items():
+                if "+" in key:
+                    backlog, running = key.split("+")
+                    label = f"claim(limit=10): backlog {int(backlog):,} + {int(running[:-1]):,} running (leased)"
+                else:
+                    label = f"claim(limit=10): backlog {int(key):,}"
+                rows_out.append((f"{label}, {finished:,} finished", "p50 / p99 ms", fmt(p50, 2), fmt(p99, 2)))
+
+        # -- targets -----------------------------------------------------------------------------------------
+        def med_jobs(loops: int) -> float:
+            return statistics.median(r.jobs_per_s for r in drains[loops])
+
+        if all(drains.get(k) for k in (1, 4, 16)):
+            j1, j4, j16 = med_jobs(1), med_jobs(4), med_jobs(16)
+            report.target("no collapse: drain 16 >= 4 >= 1 claimers", j16 >= j4 >= j1,
+                          f"{j16:,.0f} / {j4:,.0f} / {j1:,.0f} jobs/s; 16/1 = {j16 / j1:.2f}x")
+            if raws:
+                report.target("drain 16 >= 0.15 jobs per raw statement", j16 / raw_med >= 0.15,
+                              f"{j16:,.0f} / {raw_med:,.0f} = {j16 / raw_med:.3f}")
+                report.target("drain 1 >= 0.07 jobs per raw statement", j1 / raw_med >= 0.07,
+                              f"{j1:,.0f} / {raw_med:,.0f} = {j1 / raw_med:.3f}")
+            spj = statistics.median(r.statements_per_job for r in drains[16])
+            report.target("<= 3 statements per job at 16 claimers", spj <= 3, f"{spj:.2f} (median)")
+        if latency:
+            first, last = f"{plan.backlogs[0]}", f"{plan.backlogs[-1]}"
+            ratio = latency[last][0] / latency[first][0]
+            report.target(f"claim p50 at backlog {int(last):,} <= 1.25 x p50 at {int(first):,}", ratio <= 1.25,
+                          f"{latency[last][0]:.2f} / {latency[first][0]:.2f} ms = {ratio:.2f}x")
+            sorts = [name for name, _, rows, header in explains
+                     if any("filesort" in str(dict(zip(header, r, strict=True)).get("Extra") or "") for r in rows)]
+            over_backlog = [name for name in sorts if name.startswith("claim_candidates")]
+            small = [name for name in sorts if name not in over_backlog]
+            report.target("no filesort over the backlog (claim candidate reads)", not over_backlog,
+                          (", ".join(over_backlog) or "none")
+                          + (f"; elsewhere, over the <= {CLAIM_LIMIT} won rows only: {', '.join(small)}" if small
+                             else ""))
+        if enqueue["one"] and enqueue["many"]:
+            one, many = statistics.median(enqueue["one"]), statistics.median(enqueue["many"])
+            report.target("enqueue_many >= 5 x one producer's enqueue", many >= 5 * one,
+                          f"{many:,.0f} / {one:,.0f} = {many / one:.1f}x")
+        all_drains = [r for results in drains.values() for r in results]
+        if all_drains:
+            seen = sum(r.deadlocks_seen for r in all_drains)
+            innodb = sum(r.innodb_deadlocks for r in all_drains)
+            report.target("zero deadlocks", seen == 0 and innodb == 0,
+                          f"1213 seen by callers: {seen}; Innodb_deadlocks delta: {innodb}")
+            if innodb:
+                status = str(admin.rows("SHOW ENGINE INNODB STATUS")[0][2])
+                start = status.find("LATEST DETECTED DEADLOCK")
+                end = status.find("------------\nTRANSACTIONS", start)
+                if start >= 0:
+                    deadlock_text = status[start:end if end > 0 else start + 6000]
+            broken = [r.detail for r in all_drains if not r.exactly_once]
+            report.target("exactly-once in every drain", not broken, "; ".join(broken) or "every rep")
+
+        elapsed = time.perf_counter() - t0
+        write_report(args, report, plan, origin, version, settings, rows_out, explains, started_at, elapsed,
+                     deadlock_text)
+    progress(f"done in {elapsed:.0f} s; wrote {args.out}")
+    return 0 if all(ok for _, ok, _ in report.targets) else 1
+
+
+def write_report(args: argparse.Namespace, report: Report, plan: Plan, origin: str, version: str,
+                 settings: dict[str, Any], rows_out: list[tuple[str, str, str, str]],
+                 explains: list[tuple[str, str, list[tuple[Any, ...]], list[str]]],
+                 started_at: dt.datetime, elapsed: float, deadlock_text: str) -> None:
+    out: list[str] = ["# Benchmark results", ""]
+    mode = "quick" if args.quick else "full"
+    out += [
+        f"- date: {started_at:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s, mode **{mode}**",
+        f"- command: `{' '.join(['python', *sys.argv])}`",
+        *machine(),
+        f"- server: {version}; {origin}",
+        "- server settings: " + ", ".join(f"{k}={v}" for k, v in sorted(settings.items())),
+        f"- Python {platform.python_version()}, aiomysql {metadata.version('aiomysql')}, "
+        f"PyMySQL {metadata.version('PyMySQL')}",
+        f"- reps: {args.reps or plan.reps} per scenario; raw limit and drains interleaved rep by rep; "
+        "figures are min / median over reps (for latency: p50 / p99 over one run of "
+        f"{plan.latency_samples} claims)",
+    ]
+    if args.quick:
+        out.append(f"- **quick mode**: drain of {args.drain_jobs or plan.drain_jobs:,} jobs (full: 10,000), "
+                   f"{args.finished or plan.finished_rows:,} finished rows (full: 1,000,000), backlogs "
+                   f"{'/'.join(f'{b:,}' for b in plan.backlogs)} (full: 1,000/10,000/100,000)")
+    out += ["", "Client and server share the machine; every jobs/s figure is to be read against the raw limit "
+            "measured in the same run.", "", "## Figures", "", "| scenario | figure | min | median |",
+            "|---|---|---:|---:|"]
+    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows_out]
+    out += ["", "## Targets", "", "| target | result | measured |", "|---|---|---|"]
+    out += [f"| {name} | **{'PASS' if ok else 'FAIL'}** | {detail} |" for name, ok, detail in report.targets]
+    if explains:
+        out += ["", "## EXPLAIN", ""]
+        for name, text, rows, header in explains:
+            flagged = any("filesort" in str(dict(zip(header, r, strict=True)).get("Extra") or "") for r in rows)
+            out += [f"### {name}{' - **Using filesort**' if flagged else ''}", "", "```sql", text, "```", "",
+                    "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            out += ["| " + " | ".join("" if v is None else str(v) for v in r) + " |" for r in rows]
+            out.append("")
+    if deadlock_text:
+        out += ["", "## The last deadlock InnoDB detected", "", "```", deadlock_text.strip(), "```"]
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as fh:
+        fh.write("\n".join(out) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer reps and smaller sizes (about 2 minutes)")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
+    parser.add_argument("--only", default="", help="comma list of raw,enqueue,drain,latency (default: all)")
+    parser.add_argument("--loops", default="", help="drain claim loops, comma list (default 1,4,16)")
+    parser.add_argument("--reps", type=int, default=0, help="override the repetitions")
+    parser.add_argument("--drain-jobs", type=int, default=0, help="override the drain size")
+    parser.add_argument("--finished", type=int, default=0, help="override the finished rows for latency")
+    return asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
