@@ -1,0 +1,5 @@
+"""`python -m plitzi_jobs_mysql`: the same command line as the `plitzi-jobs-mysql` console script."""
+
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,510 @@
+"""`plitzi-jobs-mysql` (`python -m plitzi_jobs_mysql`): the schema for users' migrations, and an operator's view.
+
+    plitzi-jobs-mysql ddl [--prefix P] [--upgrades]          print the statements: `... ddl | mariadb app`
+    plitzi-jobs-mysql migrate --url URL [--prefix P]         apply schema + upgrades (idempotent)
+    plitzi-jobs-mysql jobs list --space N [...]              newest first; --action, --status, --limit, --offset
+    plitzi-jobs-mysql jobs show|retry|cancel --space N ID
+    plitzi-jobs-mysql schedules list --space N
+    plitzi-jobs-mysql stats [--space N]                      counts by status, age of the oldest due job
+
+`--url` defaults to PLITZI_MYSQL_URL; `--json` prints machine-readable output. Exit codes: 0 done; 1 the job is
+in a state the operation does not apply to; 2 anything else wrong (one line on stderr, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, NoReturn, TypeVar
+
+import pymysql
+
+from .migrations import sql_script
+from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
+from .mysql.schema import check_prefix, mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
+from .mysql.statements import NOW_MS
+from .records import JOB_STATUSES, TERMINAL_STATUSES, Job, Schedule
+from .url import MysqlUrl, parse_mysql_url
+
+__all__ = ["main"]
+
+PROG = "plitzi-jobs-mysql"
+ENV_URL = "PLITZI_MYSQL_URL"
+CONNECT_TIMEOUT_S = 10
+STATUS_ORDER = ("pending", "running", "succeeded", "failed", "dead", "cancelled")
+# Server errors that mean "cannot get there" rather than "the SQL was wrong".
+UNREACHABLE = frozenset({2002, 2003, 2005, 2006, 2013})
+ER_ACCESS_DENIED = 1045
+ER_BAD_DB = 1049
+ER_NO_SUCH_TABLE = 1146
+
+T = TypeVar("T")
+
+
+class CliError(Exception):
+    """A problem reported as one line on stderr, with an exit code (2 unless said otherwise)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the whole usage before its error; the contract here is one line on stderr.
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{self.prog}: {message} (see --help)")
+
+
+# -- connection settings --------------------------------------------------------------------------------------
+
+
+def _url(args: argparse.Namespace) -> MysqlUrl:
+    raw = (args.url or os.environ.get(ENV_URL, "")).strip()
+    if not raw:
+        raise CliError(f"no database URL: pass --url mysql://user:password@host:3306/database or set {ENV_URL}")
+    try:
+        url = parse_mysql_url(raw)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    if url.database is None:
+        raise CliError(f"the URL {url.render()} names no database (expected mysql://…/database)")
+    return url
+
+
+def _prefix(args: argparse.Namespace) -> str:
+    try:
+        return check_prefix(args.prefix)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+
+
+def _explain(error: pymysql.err.MySQLError, url: MysqlUrl, prefix: str) -> CliError:
+    """One line for what the server (or the network) said."""
+    code = error.args[0] if error.args and isinstance(error.args[0], int) else None
+    message = str(error.args[1]) if len(error.args) > 1 else str(error)
+    where = f"{url.host}:{url.port}" if url.unix_socket is None else url.unix_socket
+    if code in UNREACHABLE:
+        return CliError(f"cannot reach the MySQL server at {where}: {message}")
+    if code == ER_ACCESS_DENIED:
+        return CliError(f"the server at {where} refused the login: {message}")
+    if code == ER_BAD_DB:
+        return CliError(f"database `{url.database}` does not exist on the server at {where}")
+    if code == ER_NO_SUCH_TABLE:
+        return CliError(
+            f"{message}: create the tables first (`{PROG} migrate`, the sql/ files or Alembic)"
+            f" or check --prefix (now {prefix!r})"
+        )
+    return CliError(f"MySQL error {code}: {message}" if code is not None else f"MySQL error: {message}")
+
+
+def _connect(url: MysqlUrl, prefix: str) -> Any:
+    kwargs = url.pymysql_kwargs()
+    kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    try:
+        return pymysql.connect(**kwargs, autocommit=True)
+    except pymysql.err.MySQLError as error:
+        raise _explain(error, url, prefix) from None
+
+
+def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Awaitable[T]]) -> T:
+    """Runs `operation` on the package's own queue over a small aiomysql pool; never sends DDL."""
+    import aiomysql  # only the operator commands need it
+
+    url = _url(args)
+    prefix = _prefix(args)
+
+    async def run() -> T:
+        kwargs = url.aiomysql_kwargs()
+        kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+        pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=2, autocommit=True)
+        try:
+            queue = create_mysql_job_queue(pool, table_prefix=prefix, create_tables=False)
+            return await operation(queue)
+        finally:
+            pool.close()
+            await pool.wait_closed()
+
+    try:
+        return asyncio.run(run())
+    except pymysql.err.MySQLError as error:
+        raise _explain(error, url, prefix) from None
+    except ValueError as error:  # the queue's own validation (an id too long, a bad status, ...)
+        raise CliError(str(error)) from None
+    except OSError as error:  # includes TimeoutError
+        raise CliError(f"cannot reach the MySQL server at {url.host}:{url.port}: {error}") from None
+
+
+# -- output ------------------------------------------------------------------------------------------------------
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _cell(value: object, width: int = 60) -> str:
+    text = "-" if value is None else str(value)
+    text = " ".join(text.split())  # one line per row, whatever an error message holds
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def _job_dict(job: Job) -> dict[str, Any]:
+    return dataclasses.asdict(job)
+
+
+def _schedule_dict(schedule: Schedule) -> dict[str, Any]:
+    return dataclasses.asdict(schedule)
+
+
+def _show_job(job: Job) -> str:
+    fields: list[tuple[str, object]] = [
+        ("id", job.id),
+        ("space", job.space_id),
+        ("action", job.action_id),
+        ("status", job.status + (" (cancel requested)" if job.cancel_requested else "")),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("environment", job.environment),
+        ("trigger", job.trigger),
+        ("key", job.key),
+        ("missed", job.missed),
+        ("due at", _when(job.due_at)),
+        ("run at", _when(job.run_at)),
+        ("created at", _when(job.created_at)),
+        ("updated at", _when(job.updated_at)),
+        ("lease until", _when(job.lease_until)),
+        ("worker", job.worker_id),
+        ("run id", job.run_id),
+        ("error", job.error),
+        ("input", json.dumps(job.input, ensure_ascii=False)),
+    ]
+    width = max(len(name) for name, _ in fields)
+    text = "\n".join(f"{name.ljust(width)}  {'-' if value is None else value}" for name, value in fields)
+    if job.history:
+        rows = [
+            (a.attempt, a.status, _when(a.started_at), _when(a.ended_at), a.worker_id, a.run_id, a.error)
+            for a in job.history
+        ]
+        text += "\n\nhistory\n" + _table(("#", "STATUS", "STARTED", "ENDED", "WORKER", "RUN ID", "ERROR"), rows)
+    else:
+        text += "\n\nhistory  (no attempts yet)"
+    return text
+
+
+# -- commands ----------------------------------------------------------------------------------------------------
+
+
+def cmd_ddl(args: argparse.Namespace) -> int:
+    prefix = _prefix(args)
+    statements = mysql_job_schema_upgrades(prefix) if args.upgrades else mysql_job_schema_statements(prefix)
+    if not statements:
+        print("no upgrade statements in this release", file=sys.stderr)
+    sys.stdout.write(sql_script(statements))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    url = _url(args)
+    prefix = _prefix(args)
+    names = table_names(prefix)
+    conn = _connect(url, prefix)
+    try:
+        with conn.cursor() as cur, warnings.catch_warnings():
+            warnings.simplefilter("ignore", pymysql.Warning)  # "already exists" is what IF NOT EXISTS is for
+            wanted = (names.jobs, names.schedules, names.kv)
+            cur.execute(
+                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()"
+                " AND TABLE_NAME IN (%s, %s, %s)",
+                wanted,
+            )
+            before = {str(row[0]) for row in cur.fetchall()}
+            for statement in mysql_job_schema_statements(prefix):
+                cur.execute(statement)
+            upgrades = mysql_job_schema_upgrades(prefix)
+            for statement in upgrades:
+                cur.execute(statement)
+    except pymysql.err.MySQLError as error:
+        raise _explain(error, url, prefix) from None
+    finally:
+        conn.close()
+    for name in wanted:
+        state = "already there" if name in before else "created"
+        print(f"{PROG}: table `{name}` {state}", file=sys.stderr)
+    applied = f"{len(upgrades)} upgrade statement(s) applied" if upgrades else "no upgrade statements to apply"
+    print(f"{PROG}: {applied}; the schema is up to date in database `{url.database}`", file=sys.stderr)
+    return 0
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    page = _run_queue(
+        args,
+        lambda q: q.list_jobs(
+            space_ids=args.space, action_id=args.action, status=args.status, limit=args.limit, offset=args.offset
+        ),
+    )
+    if args.json:
+        _print_json({"jobs": [_job_dict(j) for j in page.jobs], "total": page.total})
+        return 0
+    rows = [
+        (j.id, j.space_id, j.action_id, j.status + ("*" if j.cancel_requested else ""),
+         f"{j.attempts}/{j.max_attempts}", _when(j.run_at), _when(j.updated_at), j.error)
+        for j in page.jobs
+    ]  # fmt: skip
+    print(_table(("ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN AT", "UPDATED AT", "ERROR"), rows))
+    if page.jobs:
+        shown = f"{args.offset + 1}-{args.offset + len(page.jobs)}"
+        print(f"\n{shown} of {page.total} job(s)" + (" (* cancel requested)" if "*" in str(rows) else ""))
+    else:
+        print(f"\nno jobs here ({page.total} match)")
+    return 0
+
+
+def _job_or_fail(job: Job | None, args: argparse.Namespace) -> Job:
+    if job is None:
+        spaces = ", ".join(str(s) for s in args.space)
+        raise CliError(f"no job {args.id!r} in space(s) {spaces}")
+    return job
+
+
+def cmd_jobs_show(args: argparse.Namespace) -> int:
+    job = _job_or_fail(_run_queue(args, lambda q: q.get_job(args.space, args.id)), args)
+    if args.json:
+        _print_json(_job_dict(job))
+    else:
+        print(_show_job(job))
+    return 0
+
+
+def _change(
+    args: argparse.Namespace, action: Callable[[MysqlJobQueue], Awaitable[bool]]
+) -> tuple[Job, bool, Job | None]:
+    async def run(queue: MysqlJobQueue) -> tuple[Job | None, bool, Job | None]:
+        before = await queue.get_job(args.space, args.id)
+        if before is None:
+            return None, False, None
+        done = await action(queue)
+        return before, done, await queue.get_job(args.space, args.id)
+
+    before, done, after = _run_queue(args, run)
+    return _job_or_fail(before, args), done, after
+
+
+def _report(args: argparse.Namespace, before: Job, done: bool, after: Job | None, message: str) -> int:
+    if args.json:
+        _print_json(
+            {
+                "id": before.id,
+                "done": done,
+                "status_before": before.status,
+                "status": after.status if after else None,
+                "cancel_requested": after.cancel_requested if after else None,
+            }
+        )
+    print(message, file=sys.stdout if done and not args.json else sys.stderr)
+    return 0 if done else 1
+
+
+def cmd_jobs_retry(args: argparse.Namespace) -> int:
+    before, done, after = _change(args, lambda q: q.requeue(args.space, args.id))
+    if done:
+        message = f"job {before.id!r} was {before.status}; requeued: pending now, attempts reset"
+    else:
+        finished = ", ".join(sorted(TERMINAL_STATUSES))
+        message = f"{PROG}: job {before.id!r} is {before.status}; only a finished job ({finished}) can be retried"
+    return _report(args, before, done, after, message)
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    before, done, after = _change(args, lambda q: q.cancel(args.space, args.id))
+    if not done:
+        message = f"{PROG}: job {before.id!r} is {before.status}; only a pending or running job can be cancelled"
+    elif after is not None and after.status == "running":
+        message = f"job {before.id!r} is running; its worker was asked to cancel it (on its next heartbeat)"
+    else:
+        message = f"job {before.id!r} cancelled"
+    return _report(args, before, done, after, message)
+
+
+def cmd_schedules_list(args: argparse.Namespace) -> int:
+    schedules = _run_queue(args, lambda q: q.list_schedules(args.space))
+    if args.json:
+        _print_json([_schedule_dict(s) for s in schedules])
+        return 0
+    rows = [
+        (s.space_id, s.action_id, s.cron, s.timezone or "UTC", s.environment, "yes" if s.enabled else "no",
+         _when(s.next_run_at), _when(s.last_fire_at), s.missed, s.max_attempts)
+        for s in schedules
+    ]  # fmt: skip
+    headers = ("SPACE", "ACTION", "CRON", "TIMEZONE", "ENV", "ENABLED", "NEXT RUN", "LAST FIRE", "MISSED", "MAX")
+    print(_table(headers, rows))
+    print(f"\n{len(schedules)} schedule(s)")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    url = _url(args)
+    prefix = _prefix(args)
+    spaces: list[int] | None = args.space
+    jobs = table_names(prefix).jobs
+    # One read-only statement; `now` is the SERVER's clock (UTC arithmetic, so no session time zone shifts it).
+    join = "1 = 1" if not spaces else "j.space_id IN (" + ", ".join(["%s"] * len(spaces)) + ")"
+    sql = (
+        "SELECT j.status, COUNT(j.status),"
+        " SUM(j.status = 'pending' AND j.run_at <= c.now_ms),"
+        " MIN(CASE WHEN j.status = 'pending' AND j.run_at <= c.now_ms THEN j.run_at END),"
+        " SUM(j.status = 'running' AND j.lease_until < c.now_ms),"
+        " c.now_ms"
+        f" FROM (SELECT {NOW_MS} AS now_ms) AS c LEFT JOIN `{jobs}` AS j ON {join}"
+        " GROUP BY j.status, c.now_ms"
+    )
+    conn = _connect(url, prefix)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, spaces or None)
+            rows = list(cur.fetchall())
+    except pymysql.err.MySQLError as error:
+        raise _explain(error, url, prefix) from None
+    finally:
+        conn.close()
+
+    counts = {status: 0 for status in STATUS_ORDER}
+    now = int(rows[0][5])
+    due = lapsed = 0
+    oldest: int | None = None
+    for status, count, due_here, oldest_here, lapsed_here, _now in rows:
+        if status is None:
+            continue  # the row of an empty selection
+        counts[status.decode() if isinstance(status, bytes) else str(status)] = int(count)
+        due += int(due_here or 0)
+        lapsed += int(lapsed_here or 0)
+        if oldest_here is not None:
+            oldest = int(oldest_here) if oldest is None else min(oldest, int(oldest_here))
+    age = None if oldest is None else (now - oldest) / 1000
+    result = {
+        "spaces": spaces,
+        "now": now,
+        "counts": counts,
+        "total": sum(counts.values()),
+        "pending_due": due,
+        "oldest_due_run_at": oldest,
+        "oldest_due_age_seconds": age,
+        "running_lease_lapsed": lapsed,
+    }
+    if args.json:
+        _print_json(result)
+        return 0
+    scope = "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
+    print(f"jobs in `{jobs}`, {scope}, at {_when(now)} (server clock)\n")
+    print(_table(("STATUS", "JOBS"), [*counts.items(), ("total", result["total"])]))
+    print(f"\ndue pending jobs: {due}")
+    print("oldest due job: " + ("none" if age is None else f"{age:.3f} s overdue (run at {_when(oldest)})"))
+    print(f"running jobs whose lease lapsed: {lapsed}")
+    return 0
+
+
+# -- the parser --------------------------------------------------------------------------------------------------
+
+
+def _space_id(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a space id is a whole number, got {text!r}") from None
+
+
+def _count(text: str) -> int:
+    value = _space_id(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    prefix = _Parser(add_help=False)
+    prefix.add_argument("--prefix", default="", help="table name prefix (letters, digits, _); default none")
+    conn = _Parser(add_help=False, parents=[prefix])
+    conn.add_argument("--url", default=None, help=f"mysql://user:password@host:3306/database (default ${ENV_URL})")
+    common = _Parser(add_help=False, parents=[conn])
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    space = _Parser(add_help=False)
+    space.add_argument(
+        "--space", action="append", type=_space_id, required=True, metavar="N", help="space id (repeatable)"
+    )
+    one_job = _Parser(add_help=False, parents=[common, space])
+    one_job.add_argument("id", help="the job id, exactly as stored")
+
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ddl = commands.add_parser("ddl", parents=[prefix], help="print the CREATE TABLE statements (for piping)")
+    ddl.add_argument("--upgrades", action="store_true", help="print the upgrade statements instead")
+    ddl.set_defaults(func=cmd_ddl)
+
+    migrate = commands.add_parser("migrate", parents=[conn], help="create/upgrade the tables (idempotent)")
+    migrate.set_defaults(func=cmd_migrate)
+
+    jobs = commands.add_parser("jobs", help="list, show, retry or cancel jobs").add_subparsers(
+        dest="jobs_command", required=True, metavar="ACTION"
+    )
+    listing = jobs.add_parser("list", parents=[common, space], help="jobs of the spaces, newest first")
+    listing.add_argument("--action", default=None, help="only this action id")
+    listing.add_argument("--status", default=None, choices=STATUS_ORDER, help="only jobs in this status")
+    listing.add_argument("--limit", type=_count, default=50, help="at most this many (default 50)")
+    listing.add_argument("--offset", type=_count, default=0, help="skip this many (default 0)")
+    listing.set_defaults(func=cmd_jobs_list)
+    jobs.add_parser("show", parents=[one_job], help="one job with its history").set_defaults(func=cmd_jobs_show)
+    jobs.add_parser("retry", parents=[one_job], help="requeue a finished job").set_defaults(func=cmd_jobs_retry)
+    jobs.add_parser("cancel", parents=[one_job], help="cancel a pending or running job").set_defaults(
+        func=cmd_jobs_cancel
+    )
+
+    schedules = commands.add_parser("schedules", help="the spaces' cron schedules").add_subparsers(
+        dest="schedules_command", required=True, metavar="ACTION"
+    )
+    schedules.add_parser("list", parents=[common, space], help="list the schedules").set_defaults(
+        func=cmd_schedules_list
+    )
+
+    stats = commands.add_parser("stats", parents=[common], help="counts by status, age of the oldest due job")
+    stats.add_argument("--space", action="append", type=_space_id, metavar="N", help="only these spaces")
+    stats.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        code: int = args.func(args)
+        sys.stdout.flush()
+        return code
+    except CliError as error:
+        print(f"{PROG}: {error}" if not str(error).startswith(PROG) else str(error), file=sys.stderr)
+        return error.code
+    except BrokenPipeError:  # `... | head`: the reader left; not an error worth a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+assert JOB_STATUSES == frozenset(STATUS_ORDER)  # the CLI's order covers every status
