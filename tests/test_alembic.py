@@ -120,9 +120,7 @@ def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
 
 
 async def open_pool(url: str) -> Any:
-    return await aiomysql.create_pool(
-        **parse_mysql_url(url).aiomysql_kwargs(), minsize=1, maxsize=4, autocommit=False
-    )
+    return await aiomysql.create_pool(**parse_mysql_url(url).aiomysql_kwargs(), minsize=1, maxsize=4, autocommit=False)
 
 
 async def adapter_tables_snapshot(mysql_url: str, prefix: str) -> dict[str, Any]:
@@ -248,3 +246,31 @@ def test_bad_url_bad_prefix_unreachable_server_are_clear_errors(mysql_url: str) 
     assert "table_prefix" in failure_line(alembic(mysql_url + "x", "upgrade", "head", prefix="bad-prefix"))
     line = failure_line(alembic("mysql://root@127.0.0.1:1/x", "upgrade", "head"))
     assert "cannot connect" in line
+
+
+class RecordingOp:
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+
+    def execute(self, sqltext: Any, /) -> None:
+        self.sql.append(sqltext)
+
+
+def test_migration_helpers_run_the_schema_functions_and_need_no_alembic() -> None:
+    from plitzi_jobs_mysql.migrations import create_job_tables, drop_job_tables
+    from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, mysql_job_schema_upgrades
+
+    op = RecordingOp()
+    create_job_tables(op, prefix="x_")
+    assert op.sql == mysql_job_schema_statements("x_") + mysql_job_schema_upgrades("x_")
+    op = RecordingOp()
+    drop_job_tables(op, prefix="x_")
+    assert op.sql == [f"DROP TABLE IF EXISTS `x_{t}`" for t in TABLES]
+    # A bad prefix raises before anything is executed.
+    op = RecordingOp()
+    with pytest.raises(ValueError):
+        create_job_tables(op, prefix="x-")
+    assert op.sql == []
+    # Importing the helpers does not import Alembic (an optional dependency).
+    code = "import sys; sys.modules['alembic'] = None; import plitzi_jobs_mysql.migrations"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
