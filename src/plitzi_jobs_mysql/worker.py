@@ -1,0 +1,444 @@
+"""Drains the queue: claims what fits in the free slots, runs each job's handler, settles what came of it.
+
+Every replica may run one; a claim is atomic, so two workers never receive the same job. A claim is a lease
+that the heartbeat renews every third of its length while the handler runs, so a long job keeps its claim and
+a dead process does not: its jobs are taken over once the lease lapses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import random
+import secrets
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+from . import validation as check
+from .contract import JobQueue, KvStore
+from .records import AttemptOutcome, Job
+
+logger = logging.getLogger(__name__)
+
+ErrorHandler = Callable[[BaseException], None]
+JobHandler = Callable[[Job], Awaitable[str | None]]
+
+#: Exception text recorded on a job is clipped to this: the store refuses errors over 65,535 characters, and a
+#: settle that fails on an enormous message would leave the job to its lease instead of recording the failure.
+ERROR_CLIP_CHARS: Final = 4_000
+#: A job whose single-flight key is held elsewhere comes back after this long.
+HANDBACK_DELAY_MS: Final = 1_000
+#: The jitter added to a retry is at most this, however long the backoff has grown.
+MAX_JITTER_MS: Final = 30_000
+KV_KEY_PREFIX: Final = "plitzi-jobs:run:"
+
+
+class PermanentFailure(Exception):
+    """Raised by a handler: retrying will not help. A 'failed' attempt (error = the message), and the job is
+    dead."""
+
+
+class RetryLater(Exception):
+    """Raised by a handler: not now. The job goes back to the queue with its attempt refunded, after
+    `delay_ms` (default: the first backoff step, with jitter)."""
+
+    def __init__(self, reason: str = "", delay_ms: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay_ms = delay_ms
+
+
+def _log_error(error: BaseException) -> None:
+    logger.error("job worker error", exc_info=error)
+
+
+def _clip(text: str, limit: int = ERROR_CLIP_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _describe(error: BaseException) -> str:
+    message = str(error)
+    return _clip(f"{type(error).__name__}: {message}" if message else type(error).__name__)
+
+
+def _default_worker_id() -> str:
+    return f"{socket.gethostname()[:120]}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+async def _call(handler: JobHandler, job: Job) -> str | None:
+    return await handler(job)
+
+
+def _kv_key(job_id: str) -> str:
+    key = KV_KEY_PREFIX + job_id
+    # A 191-character id of 4-byte characters plus the prefix would pass the kv's 764-byte bound.
+    if len(key.encode("utf-8")) > check.KV_KEY_MAX_BYTES:
+        key = KV_KEY_PREFIX + "sha256:" + hashlib.sha256(job_id.encode("utf-8")).hexdigest()
+    return key
+
+
+@dataclass(eq=False)
+class _Held:
+    """A job this worker holds a lease on, from its claim until its settlement is written."""
+
+    job: Job
+    kv_key: str | None = None
+    kv_token: str | None = None
+    handler_task: asyncio.Task[str | None] | None = None
+    cancel_requested: bool = False
+    settled: bool = False
+
+
+class JobWorker:
+    """Runs up to `workers` handlers at once. `poll()` and `beat()` are the two halves `start()` puts on
+    timers."""
+
+    def __init__(
+        self,
+        *,
+        queue: JobQueue,
+        handler: JobHandler,
+        workers: int,
+        poll_ms: int,
+        lease_ms: int,
+        backoff_base_ms: int,
+        backoff_max_ms: int,
+        worker_id: str,
+        kv: KvStore | None,
+        on_error: ErrorHandler,
+    ) -> None:
+        self.queue = queue
+        self.handler = handler
+        self.workers = workers
+        self.poll_ms = poll_ms
+        self.lease_ms = lease_ms
+        self.backoff_base_ms = backoff_base_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.worker_id = worker_id
+        self.kv = kv
+        self.on_error = on_error
+        self._held: dict[str, _Held] = {}
+        self._runs: set[asyncio.Task[None]] = set()
+        self._claiming = asyncio.Lock()
+        self._stopping = False
+        self._wake = asyncio.Event()
+        self._released = asyncio.Event()  # set whenever a held job is let go of
+        self._poll_task: asyncio.Task[None] | None = None
+        self._beat_task: asyncio.Task[None] | None = None
+
+    # -- introspection ---------------------------------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        """Handlers running now."""
+        return sum(1 for h in self._held.values() if h.handler_task is not None and not h.handler_task.done())
+
+    def backoff_ms(self, attempt: int) -> int:
+        """The retry delay after attempt `attempt`: doubling from the base up to the ceiling, plus jitter so
+        the jobs one outage failed together do not all come back in the same second."""
+        doublings = min(max(0, attempt - 1), 62)  # past that the ceiling has long been reached
+        delay = min(self.backoff_max_ms, self.backoff_base_ms * (1 << doublings))
+        cap = min(delay, MAX_JITTER_MS)
+        jitter = min(cap - 1, int(float(random.random()) * cap)) if cap > 0 else 0
+        return min(delay + jitter, check.MAX_DURATION_MS)
+
+    # -- claiming --------------------------------------------------------------------------------------------
+
+    async def poll(self) -> int:
+        """One pass: claim what fits in the free slots and start it. Answers how many handlers it started."""
+        if self._stopping:
+            return 0
+        async with self._claiming:  # two polls at once would each count the same free slots
+            free = self.workers - len(self._held)
+            if free <= 0 or self._stopping:
+                return 0
+            claimed = await self.queue.claim(worker_id=self.worker_id, lease_ms=self.lease_ms, limit=free)
+            held = [_Held(job=job) for job in claimed]
+            for h in held:  # held from here on, so the heartbeat renews them whatever happens next
+                self._held[h.job.id] = h
+        started = 0
+        for h in held:
+            if await self._begin(h):
+                started += 1
+        return started
+
+    async def _begin(self, held: _Held) -> bool:
+        job = held.job
+        if self._stopping:
+            # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
+            await self._hand_back(held, 0)
+            return False
+        if self.kv is not None:
+            key, token = _kv_key(job.id), f"{self.worker_id}:{secrets.token_hex(8)}"
+            try:
+                taken = await self.kv.swap(key, None, token, self.lease_ms / 1000)
+            except Exception as error:
+                self.on_error(error)
+                taken = False
+            if not taken:
+                # Someone still runs it (a stalled worker whose lease lapsed): running it too would run it
+                # twice.
+                await self._hand_back(held, HANDBACK_DELAY_MS)
+                return False
+            held.kv_key, held.kv_token = key, token
+            if self._stopping:
+                await self._hand_back(held, 0)
+                await self._release(held)
+                return False
+        if held.cancel_requested:
+            await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+            await self._release(held)
+            return False
+        held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
+        run = asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor")
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+        return True
+
+    async def _hand_back(self, held: _Held, delay_ms: int) -> None:
+        """Back to the queue with no attempt reported, which the queue refunds."""
+        try:
+            await self.queue.settle(
+                job_id=held.job.id, worker_id=self.worker_id, status="pending", delay_ms=delay_ms
+            )
+        except Exception as error:
+            self.on_error(error)  # the lease lapsing hands it on instead
+        finally:
+            self._forget(held)
+
+    # -- running ---------------------------------------------------------------------------------------------
+
+    async def _supervise(self, held: _Held) -> None:
+        task = held.handler_task
+        assert task is not None
+        try:
+            # `wait`, not `await task`: a cancelled handler must not look like this coroutine being cancelled.
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()  # the loop is shutting down: the lease lapsing hands the job on
+            self._forget(held)
+            raise
+        try:
+            await self._conclude(held, task)
+        finally:
+            await self._release(held)
+            self._wake.set()  # a slot is free: look for work now rather than at the next tick
+
+    async def _conclude(self, held: _Held, task: asyncio.Task[str | None]) -> None:
+        if task.cancelled():
+            if held.cancel_requested:
+                await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+            else:
+                await self._failed(held, "the handler was cancelled")
+            return
+        error = task.exception()
+        if error is None:
+            result = task.result()
+            run_id = None if result is None else _clip(str(result), check.ID_MAX_CHARS)
+            await self._settle(held, "succeeded", attempt="succeeded", run_id=run_id)
+        elif held.cancel_requested:
+            # The operator asked it to stop and it did, by raising: that is the cancel, not a failure to
+            # retry.
+            await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+        elif isinstance(error, PermanentFailure):
+            await self._settle(held, "dead", attempt="failed", error=_clip(str(error)))
+        elif isinstance(error, RetryLater):
+            delay = error.delay_ms if error.delay_ms is not None else self.backoff_ms(1)
+            await self._settle(held, "pending", delay_ms=max(0, min(delay, check.MAX_DURATION_MS)))
+        else:
+            await self._failed(held, _describe(error))
+
+    async def _failed(self, held: _Held, error: str) -> None:
+        job = held.job
+        if job.attempts >= job.max_attempts:
+            await self._settle(held, "dead", attempt="failed", error=error)
+        else:
+            delay = self.backoff_ms(job.attempts)
+            await self._settle(held, "pending", attempt="failed", error=error, delay_ms=delay)
+
+    async def _settle(
+        self,
+        held: _Held,
+        status: str,
+        *,
+        attempt: str | None = None,
+        error: str | None = None,
+        run_id: str | None = None,
+        delay_ms: int | None = None,
+    ) -> None:
+        outcome = None
+        if attempt is not None:
+            outcome = AttemptOutcome(status=attempt, worker_id=self.worker_id, run_id=run_id, error=error)
+        try:
+            await self.queue.settle(
+                job_id=held.job.id,
+                worker_id=self.worker_id,
+                status=status,
+                delay_ms=delay_ms,
+                run_id=run_id,
+                error=error,
+                attempt=outcome,
+            )
+        except Exception as failure:
+            # The store is down: stop renewing, and the lease lapsing hands the job to another worker.
+            self.on_error(failure)
+        finally:
+            self._forget(held)
+
+    def _forget(self, held: _Held) -> None:
+        if self._held.get(held.job.id) is held:
+            del self._held[held.job.id]
+        held.settled = True
+        self._released.set()
+
+    async def _release(self, held: _Held) -> None:
+        """Gives up the single-flight key, only if it is still ours."""
+        if self.kv is None or held.kv_key is None or held.kv_token is None:
+            return
+        key, token = held.kv_key, held.kv_token
+        held.kv_key = held.kv_token = None
+        marker = f"released:{token}"
+        try:
+            # Compare-and-set to a marker that lapses at once: atomic, so a key someone else took is never
+            # touched.
+            if await self.kv.swap(key, token, marker, 0.001) and await self.kv.get(key) == marker:
+                await self.kv.delete(key)
+        except Exception as error:
+            self.on_error(error)  # it lapses with its lifetime anyway
+
+    # -- the heartbeat ---------------------------------------------------------------------------------------
+
+    async def beat(self) -> None:
+        """Renews every lease this worker holds (one call) and cancels the handlers an operator asked to
+        stop."""
+        held = list(self._held.values())
+        if not held:
+            return
+        cancelled = await self.queue.heartbeat(
+            job_ids=[h.job.id for h in held], worker_id=self.worker_id, lease_ms=self.lease_ms
+        )
+        for job_id in cancelled:
+            h = self._held.get(job_id)
+            if h is None or h.cancel_requested:
+                continue
+            h.cancel_requested = True
+            if h.handler_task is not None:
+                h.handler_task.cancel()
+        if self.kv is not None:
+            for h in held:
+                if h.kv_key is None or h.kv_token is None or h.settled:
+                    continue
+                try:
+                    await self.kv.swap(h.kv_key, h.kv_token, h.kv_token, self.lease_ms / 1000)
+                except Exception as error:
+                    self.on_error(error)
+
+    # -- the timers ------------------------------------------------------------------------------------------
+
+    async def _poll_loop(self) -> None:
+        wake = self._wake
+        while not self._stopping:
+            wake.clear()
+            try:
+                started = await self.poll()
+            except Exception as error:
+                self.on_error(error)
+                started = 0
+            if self._stopping:
+                break
+            if started and len(self._held) < self.workers:
+                continue  # a full claim may mean more is waiting, and there is room for it
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), self.poll_ms / 1000)
+
+    async def _beat_loop(self) -> None:
+        interval = max(self.lease_ms / 3, 1) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.beat()
+            except Exception as error:
+                self.on_error(error)
+
+    def start(self) -> None:
+        """Starts claiming (every `poll_ms`, and whenever a slot frees) and beating. Call it inside a running
+        loop."""
+        self._stopping = False
+        if self._beat_task is None or self._beat_task.done():
+            self._beat_task = asyncio.create_task(self._beat_loop(), name="job worker heartbeat")
+        if self.workers > 0 and (self._poll_task is None or self._poll_task.done()):
+            self._poll_task = asyncio.create_task(self._poll_loop(), name="job worker poll")
+
+    async def stop(self) -> None:
+        """Stops claiming, then waits for every running handler to FINISH, however long past its lease that
+        is.
+
+        The heartbeat keeps renewing their leases meanwhile, so no other replica takes a job over while this
+        one is still running it, and an operator's cancel still reaches it. What is still waiting in the queue
+        is not touched; a job claimed in the instant the stop arrived is handed back with its attempt
+        refunded.
+        """
+        self._stopping = True
+        self._wake.set()
+        poll_task, self._poll_task = self._poll_task, None
+        if poll_task is not None:
+            # Not cancelled: a claim in flight must come back and hand its jobs back, not vanish with them.
+            await asyncio.wait({poll_task})
+        drain_beat = None
+        if self._held and (self._beat_task is None or self._beat_task.done()):
+            drain_beat = asyncio.create_task(self._beat_loop(), name="job worker drain heartbeat")
+        try:
+            async with self._claiming:  # a poll() the caller drives itself finishes handing back first
+                pass
+            while self._held:
+                self._released.clear()
+                await self._released.wait()
+            # Each run still gives its single-flight key back after settling.
+            await asyncio.gather(*self._runs, return_exceptions=True)
+        finally:
+            for task in (drain_beat, self._beat_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self._beat_task = None
+
+
+def create_job_worker(
+    *,
+    queue: JobQueue,
+    handler: JobHandler,
+    workers: int = 4,
+    poll_ms: int = 1_000,
+    lease_ms: int = 30_000,
+    backoff_base_ms: int = 30_000,
+    backoff_max_ms: int = 900_000,
+    worker_id: str | None = None,
+    kv: KvStore | None = None,
+    on_error: ErrorHandler | None = None,
+) -> JobWorker:
+    """A consumer of the queue; every replica may run one. `workers=0` makes it claim nothing."""
+    if not callable(handler):
+        raise TypeError("handler must be an async callable taking a Job")
+    check.integer("workers", workers, 0, check.MAX_LIMIT)
+    check.duration_ms("poll_ms", poll_ms)
+    check.integer("lease_ms", lease_ms, 3, check.MAX_DURATION_MS)
+    check.duration_ms("backoff_base_ms", backoff_base_ms, allow_zero=True)
+    check.duration_ms("backoff_max_ms", backoff_max_ms, allow_zero=True)
+    name = check.worker_id(worker_id) if worker_id is not None else _default_worker_id()
+    return JobWorker(
+        queue=queue,
+        handler=handler,
+        workers=workers,
+        poll_ms=poll_ms,
+        lease_ms=lease_ms,
+        backoff_base_ms=backoff_base_ms,
+        backoff_max_ms=backoff_max_ms,
+        worker_id=name,
+        kv=kv,
+        on_error=on_error or _log_error,
+    )

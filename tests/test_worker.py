@@ -1,0 +1,610 @@
+"""The worker: slots, heartbeats, settlement, retries, cancels, single-flight and the drain on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+import plitzi_jobs_mysql.worker as worker_module
+from plitzi_jobs_mysql.contract import JobQueue
+from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv, wall_clock_ms
+from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.worker import (
+    HANDBACK_DELAY_MS,
+    PermanentFailure,
+    RetryLater,
+    create_job_worker,
+)
+
+T = 1_700_000_000_000
+
+
+class Clock:
+    def __init__(self, now: int = T) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class FixedRandom:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+class Proxy:
+    """A queue that forwards everything, with a hook before chosen methods."""
+
+    def __init__(self, inner: JobQueue, **before: Callable[..., Awaitable[None]]) -> None:
+        self.inner = inner
+        self.before = before
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            if name in self.before:
+                await self.before[name](*args, **kwargs)
+            return await target(*args, **kwargs)
+
+        return call
+
+
+async def wait_for(condition: Callable[[], bool], within: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+async def wait_for_job(queue: JobQueue, job_id: str, *statuses: str, within: float = 10.0) -> Job:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        job = await queue.get_job([1], job_id)
+        if job is not None and job.status in statuses:
+            return job
+        if loop.time() > deadline:
+            raise AssertionError(f"job {job_id} never reached {statuses}: {job}")
+        await asyncio.sleep(0.005)
+
+
+async def enqueue(queue: JobQueue, job_id: str, due_at: int = T, max_attempts: int = 3) -> None:
+    await queue.enqueue(
+        JobInput(
+            id=job_id,
+            space_id=1,
+            action_id="act",
+            environment="main",
+            trigger="schedule",
+            input={"n": 1},
+            due_at=due_at,
+            max_attempts=max_attempts,
+        )
+    )
+
+
+class Gate:
+    """A handler that blocks until released, recording what it saw."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.started: list[str] = []
+        self.tasks: list[asyncio.Task[Any] | None] = []
+        self.cancelled: list[str] = []
+        self.running = 0
+        self.most = 0
+
+    async def __call__(self, job: Job) -> str | None:
+        self.started.append(job.id)
+        self.tasks.append(asyncio.current_task())
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(job.id)
+            raise
+        finally:
+            self.running -= 1
+        return f"run-{job.id}"
+
+
+def fixed_queue() -> tuple[Clock, JobQueue]:
+    clock = Clock()
+    return clock, create_memory_job_queue(clock=clock)
+
+
+# -- success, slots, tasks -------------------------------------------------------------------------------------
+
+
+async def test_a_handler_that_returns_settles_succeeded_with_its_run_id() -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a")
+    seen: list[Job] = []
+
+    async def handler(job: Job) -> str:
+        seen.append(job)
+        return "run-1"
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1")
+    assert await worker.poll() == 1
+    job = await wait_for_job(queue, "a", "succeeded")
+    await worker.stop()
+    assert seen[0].input == {"n": 1}
+    assert job.run_id == "run-1"
+    assert job.attempts == 1
+    [attempt] = job.history
+    assert (attempt.status, attempt.worker_id, attempt.run_id, attempt.attempt) == ("succeeded", "w1", "run-1", 1)
+    assert worker.in_flight() == 0
+
+
+async def test_no_more_than_workers_handlers_run_and_claims_ask_only_for_free_slots() -> None:
+    _, base = fixed_queue()
+    for i in range(5):
+        await enqueue(base, f"j{i}")
+    queue = Proxy(base)
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, workers=2, worker_id="w1")
+    assert await worker.poll() == 2
+    await wait_for(lambda: gate.running == 2)
+    assert worker.in_flight() == 2
+    assert await worker.poll() == 0  # no free slot: the store is not even asked
+    claims = [kw["limit"] for name, kw in queue.calls if name == "claim"]
+    assert claims == [2]
+    # Each handler runs in a task of its own.
+    assert len({id(t) for t in gate.tasks}) == 2
+    assert asyncio.current_task() not in gate.tasks
+    gate.release.set()
+    await wait_for(lambda: worker.in_flight() == 0)
+    await wait_for(lambda: not worker._held)
+    assert await worker.poll() == 2
+    await worker.stop()
+    assert gate.most == 2
+    assert [kw["limit"] for name, kw in queue.calls if name == "claim"] == [2, 2]
+
+
+async def test_a_claim_asks_for_exactly_the_free_slots() -> None:
+    _, base = fixed_queue()
+    await enqueue(base, "first")
+    queue = Proxy(base)
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, workers=3, worker_id="w1")
+    assert await worker.poll() == 1
+    for i in range(4):
+        await enqueue(base, f"j{i}")
+    assert await worker.poll() == 2
+    assert [kw["limit"] for name, kw in queue.calls if name == "claim"] == [3, 2]
+    assert worker.in_flight() <= 3
+    gate.release.set()
+    await worker.stop()
+
+
+async def test_the_timed_loop_drains_the_queue_within_the_slot_limit() -> None:
+    _, queue = fixed_queue()
+    for i in range(8):
+        await enqueue(queue, f"j{i}")
+    running = 0
+    most = 0
+
+    async def handler(job: Job) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    worker = create_job_worker(queue=queue, handler=handler, workers=3, poll_ms=20, worker_id="w1")
+    worker.start()
+    try:
+        for i in range(8):
+            await wait_for_job(queue, f"j{i}", "succeeded")
+    finally:
+        await worker.stop()
+    assert most == 3
+
+
+async def test_workers_zero_claims_nothing() -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a")
+    worker = create_job_worker(queue=queue, handler=Gate(), workers=0)
+    assert await worker.poll() == 0
+    worker.start()
+    await worker.stop()
+    job = await queue.get_job([1], "a")
+    assert job is not None and job.status == "pending"
+
+
+# -- failures and retries --------------------------------------------------------------------------------------
+
+
+def test_backoff_doubles_up_to_the_ceiling_plus_bounded_jitter(monkeypatch: pytest.MonkeyPatch) -> None:
+    worker = create_job_worker(queue=create_memory_job_queue(), handler=Gate())
+    monkeypatch.setattr(worker_module, "random", FixedRandom(0.5))
+    assert [worker.backoff_ms(n) for n in (1, 2, 3, 4)] == [45_000, 75_000, 135_000, 255_000]
+    assert worker.backoff_ms(6) == 900_000 + 15_000  # 960 000 capped at the ceiling
+    assert worker.backoff_ms(60) == 900_000 + 15_000
+    monkeypatch.setattr(worker_module, "random", FixedRandom(0.0))
+    assert worker.backoff_ms(1) == 30_000
+    monkeypatch.setattr(worker_module, "random", FixedRandom(0.9999999999))
+    assert worker.backoff_ms(1) == 30_000 + 29_999  # jitter stays below min(d, 30 000)
+    small = create_job_worker(queue=create_memory_job_queue(), handler=Gate(), backoff_base_ms=1_000)
+    assert small.backoff_ms(1) == 1_000 + 999  # jitter bounded by d itself when d < 30 s
+    assert small.backoff_ms(3) == 4_000 + 3_999
+
+
+async def test_a_failing_handler_is_retried_with_backoff_then_dead(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "random", FixedRandom(0.5))
+    clock, queue = fixed_queue()
+    await enqueue(queue, "a", max_attempts=3)
+
+    async def handler(job: Job) -> None:
+        raise ValueError(f"broken on attempt {job.attempts}")
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1")
+    expected_delays = [30_000 + 15_000, 60_000 + 15_000]
+    for attempt, delay in enumerate(expected_delays, start=1):
+        assert await worker.poll() == 1
+        job = await wait_for_job(queue, "a", "pending")
+        await wait_for(lambda: not worker._held)
+        assert job.attempts == attempt
+        assert job.run_at == clock.now + delay
+        assert job.error == f"ValueError: broken on attempt {attempt}"
+        assert await worker.poll() == 0  # not before its delay
+        clock.now = job.run_at
+    assert await worker.poll() == 1
+    job = await wait_for_job(queue, "a", "dead")
+    await worker.stop()
+    assert job.attempts == 3
+    assert [a.status for a in job.history] == ["failed", "failed", "failed"]
+    assert job.history[-1].error == "ValueError: broken on attempt 3"
+
+
+async def test_permanent_failure_is_dead_at_once_with_its_message() -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a", max_attempts=5)
+
+    async def handler(job: Job) -> None:
+        raise PermanentFailure("the template is gone")
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1")
+    await worker.poll()
+    job = await wait_for_job(queue, "a", "dead")
+    await worker.stop()
+    assert job.error == "the template is gone"
+    assert [(a.status, a.error) for a in job.history] == [("failed", "the template is gone")]
+
+
+async def test_retry_later_refunds_the_attempt_and_waits_its_delay() -> None:
+    clock, queue = fixed_queue()
+    await enqueue(queue, "a")
+
+    async def handler(job: Job) -> None:
+        raise RetryLater("rate limited", delay_ms=5_000)
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1")
+    await worker.poll()
+    job = await wait_for_job(queue, "a", "pending")
+    await worker.stop()
+    assert job.attempts == 0
+    assert job.history == ()
+    assert job.run_at == clock.now + 5_000
+
+
+async def test_retry_later_defaults_to_the_first_backoff_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module, "random", FixedRandom(0.25))
+    clock, queue = fixed_queue()
+    await enqueue(queue, "a")
+
+    async def handler(job: Job) -> None:
+        raise RetryLater()
+
+    worker = create_job_worker(queue=queue, handler=handler, backoff_base_ms=8_000)
+    await worker.poll()
+    job = await wait_for_job(queue, "a", "pending")
+    await worker.stop()
+    assert job.attempts == 0
+    assert job.run_at == clock.now + 8_000 + 2_000
+
+
+async def test_a_huge_exception_message_is_clipped_so_the_store_takes_it() -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a")
+
+    async def handler(job: Job) -> None:
+        raise PermanentFailure("x" * 200_000)
+
+    errors: list[BaseException] = []
+    worker = create_job_worker(queue=queue, handler=handler, on_error=errors.append)
+    await worker.poll()
+    job = await wait_for_job(queue, "a", "dead")
+    await worker.stop()
+    assert job.error is not None and 100 < len(job.error) <= 4_000
+    assert errors == []
+
+
+async def test_a_settle_that_raises_is_reported_and_the_job_left_to_its_lease() -> None:
+    _, base = fixed_queue()
+    await enqueue(base, "a")
+    await enqueue(base, "b")
+    failures = 1
+
+    async def store_down(**kwargs: Any) -> None:
+        nonlocal failures
+        if failures:
+            failures -= 1
+            raise ConnectionError("store down")
+
+    errors: list[BaseException] = []
+
+    async def handler(job: Job) -> str:
+        return "ok"
+
+    worker = create_job_worker(
+        queue=Proxy(base, settle=store_down), handler=handler, workers=1, poll_ms=10, on_error=errors.append
+    )
+    worker.start()
+    try:
+        await wait_for_job(base, "b", "succeeded")  # the loop went on
+    finally:
+        await worker.stop()
+    assert [type(e) for e in errors] == [ConnectionError]
+    a = await base.get_job([1], "a")
+    assert a is not None and a.status == "running"  # nobody renews it: its lease lapses to another worker
+
+
+async def test_errors_are_logged_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    _, base = fixed_queue()
+    await enqueue(base, "a")
+
+    async def store_down(**kwargs: Any) -> None:
+        raise ConnectionError("store down")
+
+    async def handler(job: Job) -> None:
+        return None
+
+    worker = create_job_worker(queue=Proxy(base, settle=store_down), handler=handler)
+    with caplog.at_level(logging.ERROR, logger="plitzi_jobs_mysql.worker"):
+        await worker.poll()
+        await wait_for(lambda: any(r.exc_info for r in caplog.records))
+    await worker.stop()
+    assert any("store down" in str(r.exc_info[1]) for r in caplog.records if r.exc_info)
+
+
+# -- heartbeat and cancel ----------------------------------------------------------------------------------------
+
+
+async def test_an_operators_cancel_cancels_the_handler_task_and_settles_cancelled() -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a")
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, worker_id="w1")
+    await worker.poll()
+    await wait_for(lambda: gate.running == 1)
+    assert await queue.cancel([1], "a") is True
+    await worker.beat()
+    job = await wait_for_job(queue, "a", "cancelled")
+    await worker.stop()
+    assert gate.cancelled == ["a"]
+    assert gate.tasks[0] is not None and gate.tasks[0].cancelled()
+    assert [a.status for a in job.history] == ["cancelled"]
+
+
+async def test_beat_renews_every_held_lease_in_one_call() -> None:
+    clock, base = fixed_queue()
+    await enqueue(base, "a")
+    await enqueue(base, "b")
+    queue = Proxy(base)
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, lease_ms=30_000, worker_id="w1")
+    await worker.poll()
+    clock.now += 20_000
+    await worker.beat()
+    beats = [kw for name, kw in queue.calls if name == "heartbeat"]
+    assert len(beats) == 1 and sorted(beats[0]["job_ids"]) == ["a", "b"]
+    clock.now += 20_000  # past the first lease, inside the renewed one
+    rival = create_job_worker(queue=base, handler=Gate(), worker_id="rival")
+    assert await rival.poll() == 0
+    gate.release.set()
+    await worker.stop()
+
+
+async def test_the_heartbeat_keeps_a_long_jobs_lease() -> None:
+    queue = create_memory_job_queue()  # the wall clock: this rule is about time
+    await queue.enqueue(
+        JobInput(
+            id="long", space_id=1, action_id="act", environment="main", trigger="t", input={}, due_at=0, max_attempts=3
+        )
+    )
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, lease_ms=300, poll_ms=20, worker_id="w1")
+    rival = create_job_worker(queue=queue, handler=Gate(), lease_ms=300, worker_id="rival")
+    worker.start()
+    try:
+        await wait_for(lambda: gate.running == 1)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 1.2  # four leases
+        while loop.time() < until:
+            assert await rival.poll() == 0
+            await asyncio.sleep(0.03)
+        gate.release.set()
+        job = await wait_for_job(queue, "long", "succeeded")
+    finally:
+        await worker.stop()
+    assert [(a.status, a.worker_id) for a in job.history] == [("succeeded", "w1")]
+
+
+# -- single flight -----------------------------------------------------------------------------------------------
+
+
+async def test_a_job_whose_key_is_held_elsewhere_is_handed_back_refunded() -> None:
+    clock, queue = fixed_queue()
+    kv = create_memory_kv(clock=clock)
+    await enqueue(queue, "a")
+    await kv.set(worker_module._kv_key("a"), "another-worker", 30)
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, kv=kv, worker_id="w1")
+    assert await worker.poll() == 0
+    job = await queue.get_job([1], "a")
+    assert job is not None
+    assert (job.status, job.attempts, tuple(job.history)) == ("pending", 0, ())
+    assert job.run_at == clock.now + HANDBACK_DELAY_MS
+    assert gate.started == []
+    assert await kv.get(worker_module._kv_key("a")) == "another-worker"  # theirs, untouched
+
+    await kv.delete(worker_module._kv_key("a"))
+    clock.now = job.run_at
+    assert await worker.poll() == 1
+    await wait_for(lambda: gate.running == 1)
+    assert (await kv.get(worker_module._kv_key("a"))) is not None
+    gate.release.set()
+    await wait_for_job(queue, "a", "succeeded")
+    await worker.stop()
+    assert await kv.get(worker_module._kv_key("a")) is None  # released after settling
+
+
+async def test_the_key_is_taken_for_a_lease_renewed_on_each_beat_and_released_only_if_ours() -> None:
+    clock, base = fixed_queue()
+    kv = create_memory_kv(clock=clock)
+    await enqueue(base, "a")
+    await enqueue(base, "b")
+    gate = Gate()
+    worker = create_job_worker(queue=base, handler=gate, kv=kv, lease_ms=30_000, worker_id="w1")
+    assert await worker.poll() == 2
+    key_a, key_b = worker_module._kv_key("a"), worker_module._kv_key("b")
+    token = await kv.get(key_a)
+    assert token is not None and token.startswith("w1:")
+    assert await kv.swap(key_a, None, "intruder") is False  # single flight: nobody else gets it
+    for _ in range(3):  # 60 s in all, twice the key's lifetime, renewed every 20 s
+        clock.now += 20_000
+        await worker.beat()
+    assert await kv.get(key_a) == token
+    await kv.set(key_b, "someone-else")  # b's key was lost and taken over meanwhile
+    gate.release.set()
+    await wait_for_job(base, "a", "succeeded")
+    await wait_for_job(base, "b", "succeeded")
+    await worker.stop()
+    assert await kv.get(key_a) is None
+    assert await kv.get(key_b) == "someone-else"
+
+
+def test_long_ids_still_make_a_key_the_kv_takes() -> None:
+    key = worker_module._kv_key("😀" * 191)
+    assert len(key.encode()) <= 764
+    assert worker_module._kv_key("a") != worker_module._kv_key("b")
+
+
+# -- stop ----------------------------------------------------------------------------------------------------------
+
+
+async def test_stop_waits_for_a_job_longer_than_its_lease_keeping_it_renewed_and_claims_nothing_else() -> None:
+    queue = create_memory_job_queue()  # the wall clock: this rule is about time
+    for job_id in ("long", "waiting"):
+        await queue.enqueue(
+            JobInput(
+                id=job_id,
+                space_id=1,
+                action_id="act",
+                environment="main",
+                trigger="t",
+                input={},
+                due_at=0 if job_id == "long" else 1,
+                max_attempts=3,
+            )
+        )
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, workers=1, lease_ms=300, poll_ms=20, worker_id="w1")
+    worker.start()
+    await wait_for(lambda: gate.running == 1)
+    stopping = asyncio.create_task(worker.stop())
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 1.2  # four leases past the stop
+    while loop.time() < until:
+        assert not stopping.done()
+        long = await queue.get_job([1], "long")
+        assert long is not None and long.status == "running" and long.worker_id == "w1"
+        assert long.lease_until is not None and long.lease_until > wall_clock_ms()  # still renewed
+        await asyncio.sleep(0.03)
+    gate.release.set()
+    await asyncio.wait_for(stopping, 10)
+    long = await queue.get_job([1], "long")
+    waiting = await queue.get_job([1], "waiting")
+    assert long is not None and long.status == "succeeded"
+    assert [a.status for a in long.history] == ["succeeded"]
+    assert waiting is not None and (waiting.status, waiting.attempts) == ("pending", 0)
+    assert gate.started == ["long"]
+    assert worker.in_flight() == 0
+    rival_gate = Gate()
+    rival_gate.release.set()
+    rival = create_job_worker(queue=queue, handler=rival_gate, lease_ms=300, worker_id="rival")
+    assert await rival.poll() == 1  # what was waiting is there for the next replica
+    await rival.stop()
+    assert rival_gate.started == ["waiting"]
+
+
+async def test_stop_hands_back_a_job_claimed_in_that_instant_with_its_attempt_refunded() -> None:
+    _, base = fixed_queue()
+    await enqueue(base, "a")
+    entered = asyncio.Event()
+    go = asyncio.Event()
+
+    async def slow_claim(**kwargs: Any) -> None:
+        entered.set()
+        await go.wait()
+
+    gate = Gate()
+    worker = create_job_worker(queue=Proxy(base, claim=slow_claim), handler=gate, worker_id="w1")
+    polling = asyncio.create_task(worker.poll())
+    await entered.wait()
+    stopping = asyncio.create_task(worker.stop())
+    await asyncio.sleep(0)
+    go.set()
+    assert await polling == 0
+    await stopping
+    job = await base.get_job([1], "a")
+    assert job is not None
+    assert (job.status, job.attempts, tuple(job.history), job.worker_id) == ("pending", 0, (), None)
+    assert gate.started == []
+
+
+async def test_a_stopped_worker_claims_nothing() -> None:
+    _, queue = fixed_queue()
+    worker = create_job_worker(queue=queue, handler=Gate())
+    await worker.stop()
+    await enqueue(queue, "a")
+    assert await worker.poll() == 0
+
+
+# -- construction --------------------------------------------------------------------------------------------------
+
+
+def test_the_default_worker_id_names_host_process_and_a_random_part() -> None:
+    one = create_job_worker(queue=create_memory_job_queue(), handler=Gate())
+    two = create_job_worker(queue=create_memory_job_queue(), handler=Gate())
+    host, pid, rand = one.worker_id.rsplit(":", 2)
+    assert host == socket.gethostname()[:120] and pid == str(os.getpid())
+    assert len(rand) == 8 and int(rand, 16) >= 0
+    assert one.worker_id != two.worker_id
+
+
+def test_arguments_are_checked() -> None:
+    queue = create_memory_job_queue()
+    with pytest.raises(ValueError):
+        create_job_worker(queue=queue, handler=Gate(), workers=-1)
+    with pytest.raises(ValueError):
+        create_job_worker(queue=queue, handler=Gate(), lease_ms=0)
+    with pytest.raises(ValueError):
+        create_job_worker(queue=queue, handler=Gate(), worker_id="x" * 192)
