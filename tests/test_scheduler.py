@@ -236,9 +236,7 @@ async def test_a_schedule_advanced_elsewhere_does_not_report_its_misses_here() -
     clock.now = T + 10 * MINUTE
 
     async def advanced_elsewhere(**kwargs: Any) -> None:
-        await base.advance_schedule(
-            space_id=1, action_id="digest", from_at=T, to_at=T + 11 * MINUTE, missed=10
-        )
+        await base.advance_schedule(space_id=1, action_id="digest", from_at=T, to_at=T + 11 * MINUTE, missed=10)
 
     queue = Proxy(base, advance_schedule=advanced_elsewhere)
     result = await create_scheduler(queue=queue, lookups=Lookups()).sweep()
@@ -282,9 +280,7 @@ async def test_reconcile_writes_a_spaces_schedules_from_its_actions() -> None:
         {
             3: [
                 ActionEntry(id="hourly", schedule=ScheduleTrigger(cron="0 * * * *")),
-                ActionEntry(
-                    id="berlin", schedule=ScheduleTrigger(cron="0 9 * * *", timezone="Europe/Berlin")
-                ),
+                ActionEntry(id="berlin", schedule=ScheduleTrigger(cron="0 9 * * *", timezone="Europe/Berlin")),
                 ActionEntry(id="mars", schedule=ScheduleTrigger(cron="0 9 * * *", timezone="Mars/Base")),
                 ActionEntry(id="plain"),
             ]

@@ -138,9 +138,7 @@ class Scheduler:
         # Another replica that advanced it first reports the misses it moved past; counting them here too
         # would report one outage once per replica.
         if moved and missed > 0:
-            result.missed.append(
-                MissedFires(space_id=schedule.space_id, action_id=schedule.action_id, count=missed)
-            )
+            result.missed.append(MissedFires(space_id=schedule.space_id, action_id=schedule.action_id, count=missed))
 
     # -- reconciling rows with the actions -------------------------------------------------------------------
 

@@ -202,9 +202,7 @@ class JobWorker:
     async def _hand_back(self, held: _Held, delay_ms: int) -> None:
         """Back to the queue with no attempt reported, which the queue refunds."""
         try:
-            await self.queue.settle(
-                job_id=held.job.id, worker_id=self.worker_id, status="pending", delay_ms=delay_ms
-            )
+            await self.queue.settle(job_id=held.job.id, worker_id=self.worker_id, status="pending", delay_ms=delay_ms)
         except Exception as error:
             self.on_error(error)  # the lease lapsing hands it on instead
         finally:

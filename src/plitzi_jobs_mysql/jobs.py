@@ -1,0 +1,98 @@
+"""The assembly: a producer, a consumer and the store they meet in.
+
+Both halves run in EVERY replica by default, and neither needs to know about the others. The producer is safe
+to duplicate because a fire's job id is the fire's own instant; the consumer is safe to duplicate because a
+claim is atomic. What a deployment tunes is how many jobs each replica carries (`workers`) and whether it
+produces at all: a pod dedicated to running jobs sets `produce=False`, a pod serving pages sets `workers=0`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .contract import JobQueue, KvStore
+from .memory import create_memory_job_queue
+from .scheduler import ErrorHandler, Scheduler, create_scheduler
+from .schedules import DEFAULT_MAX_ATTEMPTS, ActionLookups
+from .worker import JobHandler, JobWorker, create_job_worker
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class ActionJobs:
+    """`.queue`, `.scheduler` and `.worker`, started and stopped together."""
+
+    queue: JobQueue
+    scheduler: Scheduler
+    worker: JobWorker
+    produce: bool = True
+
+    def start(self) -> None:
+        """Starts the sweep (when producing) and the worker. Call it inside a running event loop."""
+        if self.produce:
+            self.scheduler.start()
+        self.worker.start()
+
+    async def stop(self) -> None:
+        """Stops producing, then lets the worker finish what it is running (see `JobWorker.stop`)."""
+        self.scheduler.stop()
+        await self.worker.stop()
+
+
+def create_action_jobs(
+    *,
+    lookups: ActionLookups,
+    handler: JobHandler,
+    queue: JobQueue | None = None,
+    kv: KvStore | None = None,
+    produce: bool = True,
+    workers: int = 4,
+    environment: str = "main",
+    schedule_poll_ms: int = 15_000,
+    poll_ms: int = 1_000,
+    lease_ms: int = 30_000,
+    backoff_base_ms: int = 30_000,
+    backoff_max_ms: int = 900_000,
+    batch: int = 200,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reconcile_ms: int = 900_000,
+    spaces: Sequence[int] | None = None,
+    worker_id: str | None = None,
+    on_error: ErrorHandler | None = None,
+) -> ActionJobs:
+    """Scheduler and worker over one queue. Built, not started: whoever owns the process calls `start()`."""
+    if queue is None:
+        # Said out loud because the failure is invisible: everything works, and the nightly email goes out
+        # once per replica.
+        logger.warning(
+            "action jobs are using the in-memory queue, which is right for ONE replica only: with more, each "
+            "keeps its own schedules and jobs. Pass a shared queue (create_mysql_job_queue) to run several."
+        )
+        queue = create_memory_job_queue()
+    scheduler = create_scheduler(
+        queue=queue,
+        lookups=lookups,
+        environment=environment,
+        poll_ms=schedule_poll_ms,
+        batch=batch,
+        max_attempts=max_attempts,
+        reconcile_ms=reconcile_ms,
+        spaces=spaces,
+        on_error=on_error,
+    )
+    worker = create_job_worker(
+        queue=queue,
+        handler=handler,
+        workers=workers,
+        poll_ms=poll_ms,
+        lease_ms=lease_ms,
+        backoff_base_ms=backoff_base_ms,
+        backoff_max_ms=backoff_max_ms,
+        worker_id=worker_id,
+        kv=kv,
+        on_error=on_error,
+    )
+    return ActionJobs(queue=queue, scheduler=scheduler, worker=worker, produce=produce)
