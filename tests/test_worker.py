@@ -288,6 +288,25 @@ async def test_permanent_failure_is_dead_at_once_with_its_message() -> None:
     assert [(a.status, a.error) for a in job.history] == [("failed", "the template is gone")]
 
 
+async def test_a_bare_permanent_failure_and_an_empty_run_id_still_settle() -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a")
+    await enqueue(queue, "b")
+
+    async def handler(job: Job) -> str:
+        if job.id == "a":
+            raise PermanentFailure()
+        return ""
+
+    worker = create_job_worker(queue=queue, handler=handler)
+    await worker.poll()
+    a = await wait_for_job(queue, "a", "dead")
+    b = await wait_for_job(queue, "b", "succeeded")
+    await worker.stop()
+    assert a.error == "PermanentFailure"
+    assert b.run_id is None
+
+
 async def test_retry_later_refunds_the_attempt_and_waits_its_delay() -> None:
     clock, queue = fixed_queue()
     await enqueue(queue, "a")

@@ -236,16 +236,17 @@ class JobWorker:
         error = task.exception()
         if error is None:
             result = task.result()
-            run_id = None if result is None else _clip(str(result), check.ID_MAX_CHARS)
+            run_id = _clip(str(result), check.ID_MAX_CHARS) if result is not None and str(result) else None
             await self._settle(held, "succeeded", attempt="succeeded", run_id=run_id)
         elif held.cancel_requested:
             # The operator asked it to stop and it did, by raising: that is the cancel, not a failure to
             # retry.
             await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
         elif isinstance(error, PermanentFailure):
-            await self._settle(held, "dead", attempt="failed", error=_clip(str(error)))
+            # Its message as given; the store refuses an empty error, so a bare raise records its name.
+            await self._settle(held, "dead", attempt="failed", error=_clip(str(error) or type(error).__name__))
         elif isinstance(error, RetryLater):
-            delay = error.delay_ms if error.delay_ms is not None else self.backoff_ms(1)
+            delay = int(error.delay_ms) if error.delay_ms is not None else self.backoff_ms(1)
             await self._settle(held, "pending", delay_ms=max(0, min(delay, check.MAX_DURATION_MS)))
         else:
             await self._failed(held, _describe(error))
