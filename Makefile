@@ -1,8 +1,10 @@
+# Everything runs from the project's own virtualenv; `make setup` builds it once (again when pyproject.toml changes).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint demo
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick soak clean
+
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -10,7 +12,38 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-test: setup
-	$(PY) -m ruff check src tests
-	$(PY) -m mypy
+## The test command: lint, types, then every suite against a real MySQL server
+## (PLITZI_MYSQL_URL, a container where Docker answers, or a throwaway local mariadbd/mysqld).
+test: setup lint typecheck sql-check
 	$(PY) -m pytest -q
+
+lint: setup
+	$(PY) -m ruff check src tests bench scripts
+
+typecheck: setup
+	$(PY) -m mypy
+
+## The main job: two replica processes sharing MySQL, one killed mid-job, the jobs moving live.
+demo: setup
+	$(PY) -m plitzi_jobs_mysql.demo
+
+## sql/schema.sql and sql/upgrades.sql are generated from the package, never edited by hand.
+sql: setup
+	$(PY) scripts/gen_sql.py
+
+sql-check: setup
+	$(PY) scripts/gen_sql.py --check
+
+bench: setup
+	$(PY) bench/run.py
+
+bench-quick: setup
+	$(PY) bench/run.py --quick
+
+## make soak [SECONDS=120]
+SECONDS ?= 120
+soak: setup
+	$(PY) -m tests.soak --seconds $(SECONDS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info

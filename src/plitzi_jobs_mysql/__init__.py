@@ -5,6 +5,8 @@ This module is the public surface, re-exported; nothing else lives here.
 
 from .clock import StoreClock, create_store_clock
 from .contract import JobQueue, KvStore
+from .cron import cron_fires_between, cron_next_fire, is_known_time_zone
+from .jobs import ActionJobs, create_action_jobs
 from .memory import create_memory_job_queue, create_memory_kv
 from .mysql import (
     MysqlJobQueue,
@@ -25,27 +27,48 @@ from .records import (
     ScheduleInput,
     SweepResult,
 )
+from .scheduler import Scheduler, create_scheduler
+from .schedules import ActionEntry, ActionLookups, ScheduleTrigger, schedule_for, schedule_job_id
+from .signals import close_on_signals
+from .worker import JobWorker, PermanentFailure, RetryLater, create_job_worker
 
 __all__ = [
+    "ActionEntry",
+    "ActionJobs",
+    "ActionLookups",
     "Attempt",
     "AttemptOutcome",
     "Job",
     "JobInput",
     "JobPage",
     "JobQueue",
+    "JobWorker",
     "KvStore",
     "MissedFires",
     "MysqlJobQueue",
     "MysqlKv",
+    "PermanentFailure",
+    "RetryLater",
     "Schedule",
     "ScheduleInput",
+    "ScheduleTrigger",
+    "Scheduler",
     "StoreClock",
     "SweepResult",
+    "close_on_signals",
+    "create_action_jobs",
+    "create_job_worker",
     "create_memory_job_queue",
     "create_memory_kv",
     "create_mysql_job_queue",
     "create_mysql_kv",
+    "create_scheduler",
     "create_store_clock",
+    "cron_fires_between",
+    "cron_next_fire",
+    "is_known_time_zone",
     "mysql_job_schema_statements",
     "mysql_job_schema_upgrades",
+    "schedule_for",
+    "schedule_job_id",
 ]
