@@ -28,7 +28,10 @@ PURGE_BATCH = 1000
 # How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
 # loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
 # over the same few rows. The spread relaxes again once claims stop colliding.
-MAX_SPREAD = 16
+MAX_SPREAD = 64
+
+
+SEQ, RUN_AT = 0, 12  # positions in JOB_COLUMNS
 
 
 def _optional_text(value: Any) -> str | None:
@@ -217,46 +220,58 @@ class MysqlJobQueue:
             return []
         now = await self._now_ms()
         await self._purge_if_due(now)
-        spread = self._spread
-        window = limit * spread
-        return await self._store.run(lambda conn: self._claim(conn, worker_id, lease_ms, limit, now, window))
+        return await self._store.run(lambda conn: self._claim(conn, worker_id, lease_ms, limit, now))
 
-    async def _claim(
-        self, conn: Connection, worker_id: str, lease_ms: int, limit: int, now: int, window: int
-    ) -> list[Job]:
-        rows = await conn.fetch(self._sql.claim_candidates, (now, window, now, window))
-        candidates = sorted(rows, key=lambda r: (int(r[1]), int(r[0])))[:window]
-        if self._spread > 1:
-            random.shuffle(candidates)
+    async def _candidates(self, conn: Connection, limit: int, now: int, offset: int) -> list[tuple[int, int, int]]:
+        """Up to 2 × limit pending jobs from `offset` on, and up to `limit` lapsed leases, oldest first."""
+        rows = await conn.fetch(self._sql.claim_candidates, (now, offset, 2 * limit, now, limit))
+        candidates = [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
+        return sorted(candidates, key=lambda r: (r[1], r[0]))
+
+    async def _claim(self, conn: Connection, worker_id: str, lease_ms: int, limit: int, now: int) -> list[Job]:
+        # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
+        # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
+        offset = random.randrange(self._spread) * limit
+        candidates = await self._candidates(conn, limit, now, offset)
+        if len(candidates) < limit and offset:
+            candidates = await self._candidates(conn, limit, now, 0)  # the backlog is shorter than the spread
         args = {"worker": worker_id, "lease_until": now + lease_ms, "now": now, "lost": LOST_ERROR}
         won: list[int] = []
         lost = 0
-        for seq, _run_at, lapsed in candidates:
-            if len(won) >= limit:
+        for attempt in range(2):
+            for seq, _run_at, lapsed in candidates:
+                if len(won) >= limit:
+                    break
+                statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
+                try:
+                    changed = await conn.write(statement, {**args, "seq": seq})
+                except pymysql.err.MySQLError as error:
+                    if not is_conflict(error):
+                        raise
+                    changed = 0  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
+                if changed:
+                    won.append(seq)
+                else:
+                    lost += 1
+            # Every candidate lost to other claimers, but more were there: read once more rather than leave a
+            # worker idle for a whole poll while jobs wait.
+            if won or attempt or len(candidates) < 2 * limit:
                 break
-            statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
-            try:
-                changed = await conn.write(statement, {**args, "seq": seq})
-            except pymysql.err.MySQLError as error:
-                if not is_conflict(error):
-                    raise
-                changed = 0  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
-            if changed:
-                won.append(int(seq))
-            else:
-                lost += 1
+            candidates = await self._candidates(conn, limit, now, random.randrange(self._spread) * limit)
         self._adapt_spread(lost)
         if not won:
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
-        fetched = await conn.fetch(self._sql.claimed_jobs, (won, worker_id))
-        return [_job(row) for row in fetched]
+        rows = await conn.fetch(self._sql.claimed_jobs, (won, worker_id))
+        return [_job(row) for row in sorted(rows, key=lambda row: (row[RUN_AT], row[SEQ]))]
 
     def _adapt_spread(self, lost: int) -> None:
+        # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window
+        # oscillate, and a window just as wide as the claimers' combined demand runs dry.
         if lost:
             self._spread = min(MAX_SPREAD, self._spread * 2)
         elif self._spread > 1:
-            self._spread //= 2
+            self._spread -= 1
 
     async def _purge_if_due(self, now: int) -> None:
         """Finished jobs past retention go a bounded batch at a time, at most once a minute per queue."""
@@ -264,10 +279,16 @@ class MysqlJobQueue:
             return
         self._next_purge_at = now + PURGE_EVERY_MS
         cutoff = now - self._retention_ms
+
+        async def purge(conn: Connection) -> int:
+            rows = await conn.fetch(self._sql.finished_before, (cutoff, cutoff, PURGE_BATCH))
+            if not rows:
+                return 0
+            await conn.write(self._sql.purge_finished, ([row[0] for row in rows], cutoff))
+            return len(rows)
+
         try:
-            removed = await self._store.run(
-                lambda conn: conn.write(self._sql.purge_finished, (cutoff, cutoff, PURGE_BATCH))
-            )
+            removed = await self._store.run(purge)
         except pymysql.err.MySQLError as error:
             if not is_conflict(error):
                 raise

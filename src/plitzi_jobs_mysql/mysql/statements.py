@@ -67,6 +67,7 @@ class Statements:
     job_seq: str
     cancel_keyed: str
     cancel_keyed_before: str
+    finished_before: str
     purge_finished: str
     # schedules
     due_schedules: str
@@ -112,11 +113,13 @@ def statements_for(prefix: str) -> Statements:
         ),
         existing_job_ids=f"SELECT id FROM {jobs} WHERE id IN %s",
         # Two index-ordered reads, one per status, each O(limit) through `job_due`: the OR of both under one
-        # ORDER BY makes the server read and sort every due job. Only (seq, run_at) travel: full rows in a
-        # UNION ALL derived table once crashed MariaDB 10.11, and the window is wider than what is taken.
+        # ORDER BY makes the server read and sort every due job. The pending read starts at an offset, so
+        # claimers spread over the oldest jobs each take their own block (the server skips index entries
+        # cheaply; only the block crosses the wire). Only (seq, run_at) travel: full rows in a UNION ALL derived
+        # table once crashed MariaDB 10.11.
         claim_candidates=(
             f"(SELECT seq, run_at, 0 FROM {jobs} FORCE INDEX (job_due) "
-            "WHERE status = 'pending' AND run_at <= %s ORDER BY run_at, seq LIMIT %s) "
+            "WHERE status = 'pending' AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s) "
             "UNION ALL "
             f"(SELECT seq, run_at, 1 FROM {jobs} FORCE INDEX (job_due) "
             "WHERE status = 'running' AND lease_until < %s ORDER BY run_at, seq LIMIT %s)"
@@ -148,10 +151,7 @@ def statements_for(prefix: str) -> Statements:
             "updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
-        claimed_jobs=(
-            f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s "
-            "ORDER BY run_at, seq"
-        ),
+        claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
         renew_leases=(
             f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
         ),
@@ -202,10 +202,13 @@ def statements_for(prefix: str) -> Statements:
             f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %s "
             "WHERE space_id = %s AND `key` = %s AND status = 'pending' AND seq < %s"
         ),
-        # Bounded, and through `job_due`: a terminal job's run_at is never after its updated_at.
-        purge_finished=(
-            f"DELETE FROM {jobs} WHERE status IN {TERMINAL} AND run_at < %s AND updated_at < %s LIMIT %s"
+        # Bounded, and through `job_due`: a terminal job's run_at is never after its updated_at. The rows are
+        # picked by a plain read (no locks) and deleted by key: a range DELETE would lock the index entry past
+        # the finished ranges, the oldest pending job, and deadlock with the claimers taking it.
+        finished_before=(
+            f"SELECT seq FROM {jobs} WHERE status IN {TERMINAL} AND run_at < %s AND updated_at < %s LIMIT %s"
         ),
+        purge_finished=f"DELETE FROM {jobs} WHERE seq IN %s AND status IN {TERMINAL} AND updated_at < %s",
         # -- schedules --------------------------------------------------------------------------------------
         due_schedules=(
             f"SELECT {SCHEDULE_COLUMNS} FROM {schedules} WHERE enabled = 1 AND next_run_at <= %s "
