@@ -502,9 +502,9 @@ async def run(args: argparse.Namespace) -> int:
                     if backlog == plan.backlogs[-1]:
                         t_now = admin.now_ms()
                         explains.append(explain(admin, "claim_candidates (both reads, UNION ALL)",
-                                                SQL.claim_candidates, (t_now, 10, t_now, 10)))
-                        explains.append(explain(admin, "claim_candidates, window 160 (spread 16)",
-                                                SQL.claim_candidates, (t_now, 160, t_now, 160)))
+                                                SQL.claim_candidates, (t_now, 0, 20, t_now, 10)))
+                        explains.append(explain(admin, "claim_candidates, block 16 of the spread",
+                                                SQL.claim_candidates, (t_now, 150, 20, t_now, 10)))
                         seqs = [int(r[0]) for r in admin.rows(
                             f"SELECT seq FROM `{JOBS}` WHERE status = 'pending' ORDER BY run_at, seq LIMIT 10")]
                         explains.append(explain(admin, "claim_pending (the CAS)", SQL.claim_pending,
@@ -523,7 +523,7 @@ async def run(args: argparse.Namespace) -> int:
                              f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")
                 t_now = admin.now_ms()
                 explains.append(explain(admin, f"claim_candidates with {have_running:,} running rows",
-                                        SQL.claim_candidates, (t_now, 10, t_now, 10)))
+                                        SQL.claim_candidates, (t_now, 0, 20, t_now, 10)))
                 seqs = [int(r[0]) for r in admin.rows(
                     f"SELECT seq FROM `{JOBS}` WHERE status = 'running' ORDER BY seq DESC LIMIT 10")]
                 explains.append(explain(admin, f"claimed_jobs with {have_running:,} running rows",

@@ -9,7 +9,7 @@ from typing import Any
 import pymysql
 
 from .. import validation as check
-from .session import Connection, MysqlStore, is_duplicate
+from .session import Connection, MysqlStore, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,8 @@ class MysqlKv:
         # Counted in one statement: the new value comes back as LAST_INSERT_ID() + 2**63, and 0 means the live
         # value was left alone (not an integer, or the sum would leave the signed 64-bit range).
         args = {"k": key, "amount": amount}
-        result = await self._store.run(lambda conn: conn.write_returning_id(self._sql.kv_increment, args))
+        # Retried on a conflict: a statement that lost (a deadlock, or Galera's certification) changed nothing.
+        result = await self._store.retrying(lambda conn: conn.write_returning_id(self._sql.kv_increment, args))
         if result == 0:
             current = await self.get(key)
             if current is not None:
@@ -77,9 +78,14 @@ class MysqlKv:
             check.kv_value(expected, "expected")
         check.kv_value(value)
         ttl = check.ttl_ms(ttl_seconds)
-        if expected is None:
-            return await self._store.run(lambda conn: self._insert_if_absent(conn, key, value, ttl))
-        return await self._store.run(lambda conn: self._replace(conn, key, expected, value, ttl))
+        try:
+            if expected is None:
+                return await self._store.run(lambda conn: self._insert_if_absent(conn, key, value, ttl))
+            return await self._store.run(lambda conn: self._replace(conn, key, expected, value, ttl))
+        except pymysql.err.MySQLError as error:
+            if is_conflict(error):  # another writer's change won (on Galera, at COMMIT): a lost race
+                return False
+            raise
 
     async def _insert_if_absent(self, conn: Connection, key: str, value: str, ttl: int | None) -> bool:
         for _ in range(2):

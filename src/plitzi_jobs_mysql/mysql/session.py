@@ -29,6 +29,9 @@ ER_LOCK_WAIT_TIMEOUT = 1205
 ER_LOCK_DEADLOCK = 1213
 CONFLICTS = frozenset({ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT})
 RETRIES = 5
+# MariaDB's per-statement setting: reads, updates/deletes and inserts (1 + 2 + 4) wait until this node has applied
+# every write the cluster committed before they started.
+GALERA_CAUSAL = "SET STATEMENT wsrep_sync_wait = 7 FOR "
 
 T = TypeVar("T")
 
@@ -87,20 +90,25 @@ def bind(sql: str, args: Any) -> tuple[str, Any]:
 class Connection:
     """One borrowed connection: reads, and writes that are each their own transaction."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, statement_prefix: str = "") -> None:
         self.raw = raw
         self.autocommit: bool = bool(raw.get_autocommit())
+        self.prefix = statement_prefix
+
+    def _bind(self, sql: str, args: Any) -> tuple[str, Any]:
+        sql, args = bind(sql, args)
+        return self.prefix + sql, args
 
     async def fetch(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         async with self.raw.cursor() as cur:
-            await cur.execute(*bind(sql, args))
+            await cur.execute(*self._bind(sql, args))
             return list(await cur.fetchall())
 
     async def write(self, sql: str, args: Any = None) -> int:
         """Runs one statement as its own transaction; answers the affected rows."""
         try:
             async with self.raw.cursor() as cur:
-                await cur.execute(*bind(sql, args))
+                await cur.execute(*self._bind(sql, args))
                 count = int(cur.rowcount)
             if not self.autocommit:
                 await self.raw.commit()  # on Galera only a successful COMMIT proves a win
@@ -113,7 +121,7 @@ class Connection:
         """Like `write`, answering the LAST_INSERT_ID() the statement set (the OK packet's insert id)."""
         try:
             async with self.raw.cursor() as cur:
-                await cur.execute(*bind(sql, args))
+                await cur.execute(*self._bind(sql, args))
                 value = int(cur.lastrowid or 0)
             if not self.autocommit:
                 await self.raw.commit()
@@ -135,7 +143,7 @@ class Connection:
         try:
             async with self.raw.cursor() as cur:
                 for sql, args in steps:
-                    await cur.execute(*bind(sql, args))
+                    await cur.execute(*self._bind(sql, args))
             await self.raw.commit()
         except BaseException:
             try:
@@ -158,6 +166,7 @@ class MysqlStore:
         self.sql: Statements = statements_for(self.prefix)
         self.create_tables = create_tables
         self._ready = False
+        self.statement_prefix = ""
         self._ready_lock: asyncio.Lock | None = None
 
     async def _first_use(self, conn: Connection) -> None:
@@ -186,7 +195,17 @@ class MysqlStore:
                 )
             if self.create_tables:
                 await self._create_missing_tables(conn)
+            if await self._is_galera(conn):
+                # A node applies other nodes' writes a moment after they commit: without a causal wait, a
+                # settle sent to one node right after the claim on another matches nothing and is lost.
+                log.info("Galera cluster detected: every statement waits for the node to be causally up to date")
+                self.statement_prefix = GALERA_CAUSAL
+                conn.prefix = GALERA_CAUSAL
             self._ready = True
+
+    async def _is_galera(self, conn: Connection) -> bool:
+        rows = await conn.fetch("SHOW VARIABLES LIKE 'wsrep_on'")
+        return bool(rows) and as_text(rows[0][1]).upper() == "ON"
 
     async def _create_missing_tables(self, conn: Connection) -> None:
         """Only what is missing: no DDL (and no metadata lock) at all once the tables exist."""
@@ -206,7 +225,7 @@ class MysqlStore:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
         async with self.pool.acquire() as raw:
-            conn = Connection(raw)
+            conn = Connection(raw, self.statement_prefix)
             ok = False
             try:
                 await self._first_use(conn)
