@@ -18,14 +18,14 @@ test: setup lint typecheck sql-check
 	$(PY) -m pytest -q
 
 lint: setup
-	$(PY) -m ruff check src tests bench scripts
+	$(PY) -m ruff check src tests bench scripts examples alembic
 
 typecheck: setup
 	$(PY) -m mypy
 
 ## The main job: two replica processes sharing MySQL, one killed mid-job, the jobs moving live.
 demo: setup
-	$(PY) -m plitzi_jobs_mysql.demo
+	$(PY) examples/demo.py
 
 ## sql/schema.sql and sql/upgrades.sql are generated from the package, never edited by hand.
 sql: setup

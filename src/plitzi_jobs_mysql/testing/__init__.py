@@ -9,10 +9,16 @@
 
 `mysql_server_url()` yields a root URL of a server: `PLITZI_MYSQL_URL` if set, else a testcontainers MySQL
 container where a Docker daemon answers, else a local `mysqld`/`mariadbd` started in a temporary directory.
+The contract suites need pytest; they are imported on first use, so the server helper and the replica program
+work without it.
 """
 
-from .contract import JobQueueContract, KvContract
+from typing import TYPE_CHECKING, Any
+
 from .server import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
+
+if TYPE_CHECKING:
+    from .contract import JobQueueContract, KvContract
 
 __all__ = [
     "JobQueueContract",
@@ -22,3 +28,11 @@ __all__ = [
     "load_time_zones",
     "mysql_server_url",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("JobQueueContract", "KvContract"):
+        from . import contract
+
+        return getattr(contract, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
