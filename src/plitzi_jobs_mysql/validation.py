@@ -19,6 +19,7 @@ NAME_MAX_CHARS: Final = 64  # environment, trigger, timezone
 ERROR_MAX_CHARS: Final = 65_535
 KV_KEY_MAX_BYTES: Final = 764
 PAYLOAD_MAX_BYTES: Final = 16 * 1024 * 1024  # a job's encoded input, a kv value
+INPUT_MAX_DEPTH: Final = 512  # deeper than this, decoding it again would meet Python's recursion limit
 MAX_INSTANT_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last instant a datetime can hold
 MAX_DURATION_MS: Final = 10 * 366 * 24 * 3_600_000  # leases, delays and lifetimes: ten years
 MAX_INT32: Final = 2**31 - 1
@@ -88,32 +89,53 @@ def worker_id(value: object) -> str:
     return text("worker_id", value, ID_MAX_CHARS)
 
 
-def _plain_json(value: Any, path: str) -> None:
+_SCALARS: Final = (str, int, bool)
+
+
+class _NotJson(Exception):
+    """Carries a refusal up the nesting, gathering where it happened only once something is wrong."""
+
+    def __init__(self, error: type[Exception], problem: str) -> None:
+        self.error, self.problem, self.path = error, problem, ""
+
+
+def _plain_json(value: Any, parents: set[int]) -> None:
     """JSON's own data model only: `json.dumps` would quietly turn `{1: x}` into `{"1": x}`."""
     if value is None or isinstance(value, (str, bool, int)):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"input{path} is {value}, which JSON cannot hold")
+            raise _NotJson(ValueError, f"is {value}, which JSON cannot hold")
         return
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise TypeError(f"input{path} has a {type(k).__name__} key {k!r}; JSON keys are strings")
-            _plain_json(v, f"{path}.{k}")
-        return
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _plain_json(v, f"{path}[{i}]")
-        return
-    raise TypeError(f"input{path} is a {type(value).__name__}, which is not JSON-serializable")
+    if not isinstance(value, (dict, list, tuple)):
+        raise _NotJson(TypeError, f"is a {type(value).__name__}, which is not JSON-serializable")
+    if id(value) in parents:
+        raise _NotJson(ValueError, "contains itself, which JSON cannot hold")
+    if len(parents) >= INPUT_MAX_DEPTH:
+        raise _NotJson(ValueError, f"is nested more than {INPUT_MAX_DEPTH} levels deep")
+    parents.add(id(value))  # the containers on the path from the top: a cycle comes back to one of them
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for k, v in items:
+        if isinstance(value, dict) and not isinstance(k, str):
+            raise _NotJson(TypeError, f"has a {type(k).__name__} key {k!r}; JSON keys are strings")
+        if v is None or type(v) in _SCALARS:
+            continue
+        try:
+            _plain_json(v, parents)
+        except _NotJson as bad:
+            bad.path = (f".{k}" if isinstance(value, dict) else f"[{k}]") + bad.path
+            raise
+    parents.discard(id(value))
 
 
 def encode_input(value: object) -> str:
     """The job's input as the JSON text the store keeps, refused whole if JSON cannot give it back as given."""
     if not isinstance(value, dict):
         raise TypeError(f"input must be a dict, not {type(value).__name__}")
-    _plain_json(value, "")
+    try:
+        _plain_json(value, set())
+    except _NotJson as bad:
+        raise bad.error(f"input{bad.path} {bad.problem}") from None
     encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     size = len(utf8("input", encoded))
     if size > PAYLOAD_MAX_BYTES:
