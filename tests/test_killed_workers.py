@@ -131,7 +131,8 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     rng = random.Random(6)
     jobs = [(f"job-{n:03d}", {"sleep_ms": rng.randint(100, 700)}, 20) for n in range(80)]
     jobs.append(("crash-always", {"fail": "crash"}, 3))
-    jobs.append(("crash-once", {"fail": "crash", "fail_times": 1, "sleep_ms": 50}, 3))
+    # Room for the test's kills (and crash-always's) to land on it too.
+    jobs.append(("crash-once", {"fail": "crash", "fail_times": 1, "sleep_ms": 50}, 20))
     insert_jobs(database_url, jobs)
     for _ in range(3):
         fleet.spawn()
@@ -173,9 +174,10 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     assert status == "dead" and attempts == 3, (status, attempts, history)
     assert [h["status"] for h in history] == ["lost", "lost", "lost"] and error
     assert len(runs["crash-always"]) == 3
-    # The one that kills it once: a lost attempt, then a success.
+    # The one that kills it once: a lost attempt (more if other kills landed on it), then a success.
     status, attempts, history, _ = rows.pop("crash-once")
-    assert status == "succeeded" and [h["status"] for h in history] == ["lost", "succeeded"]
+    statuses = [h["status"] for h in history]
+    assert status == "succeeded" and statuses[-1] == "succeeded" and set(statuses[:-1]) == {"lost"}, statuses
 
     # Every other job finished, whatever was killed under it.
     assert {v[0] for v in rows.values()} == {"succeeded"}, collections.Counter(v[0] for v in rows.values())
