@@ -355,17 +355,18 @@ async def test_a_huge_exception_message_is_clipped_so_the_store_takes_it() -> No
     assert errors == []
 
 
-async def test_a_settle_that_raises_is_reported_and_the_job_left_to_its_lease() -> None:
+async def test_a_settle_that_raises_is_reported_and_tried_again_while_the_lease_holds() -> None:
     _, base = fixed_queue()
     await enqueue(base, "a")
     await enqueue(base, "b")
-    failures = 1
+    failures = 2
 
     async def store_down(**kwargs: Any) -> None:
         nonlocal failures
         if failures:
             failures -= 1
             raise ConnectionError("store down")
+        await base.settle(**kwargs)
 
     errors: list[BaseException] = []
 
@@ -380,9 +381,34 @@ async def test_a_settle_that_raises_is_reported_and_the_job_left_to_its_lease() 
         await wait_for_job(base, "b", "succeeded")  # the loop went on
     finally:
         await worker.stop()
+    assert [type(e) for e in errors] == [ConnectionError]  # reported once, not once per try
+    a = await base.get_job([1], "a")
+    assert a is not None and a.status == "succeeded"  # the store came back within the lease: no second run
+
+
+async def test_a_settle_that_keeps_failing_is_left_to_the_lease() -> None:
+    _, base = fixed_queue()
+    await enqueue(base, "a")
+
+    async def store_down(**kwargs: Any) -> None:
+        raise ConnectionError("store down")
+
+    errors: list[BaseException] = []
+
+    async def handler(job: Job) -> str:
+        return "ok"
+
+    worker = create_job_worker(
+        queue=Proxy(base, settle=store_down), handler=handler, workers=1, poll_ms=10, lease_ms=300,
+        on_error=errors.append,
+    )
+    started = asyncio.get_running_loop().time()
+    assert await worker.poll() == 1
+    await worker.stop()  # waits for the run, whose settle gives up once the lease could have lapsed
+    assert 0.1 <= asyncio.get_running_loop().time() - started < 5  # tried for most of the 300 ms lease
     assert [type(e) for e in errors] == [ConnectionError]
     a = await base.get_job([1], "a")
-    assert a is not None and a.status == "running"  # nobody renews it: its lease lapses to another worker
+    assert a is not None and a.status == "running"  # nobody renews it now: its lease lapses to another worker
 
 
 async def test_errors_are_logged_by_default(caplog: pytest.LogCaptureFixture) -> None:

@@ -36,6 +36,9 @@ HANDBACK_DELAY_MS: Final = 1_000
 #: The jitter added to a retry is at most this, however long the backoff has grown.
 MAX_JITTER_MS: Final = 30_000
 KV_KEY_PREFIX: Final = "plitzi-jobs:run:"
+#: A settle the store refused is tried again after this, doubling up to the ceiling, while the lease holds.
+SETTLE_RETRY_FIRST_S: Final = 0.05
+SETTLE_RETRY_MAX_S: Final = 2.0
 
 
 class PermanentFailure(Exception):
@@ -272,19 +275,39 @@ class JobWorker:
         outcome = None
         if attempt is not None:
             outcome = AttemptOutcome(status=attempt, worker_id=self.worker_id, run_id=run_id, error=error)
+        # A store that is briefly down (a restart, a failover) must not cost a second run of a job that is done:
+        # the settle is tried again while the lease could still hold, and the heartbeat keeps renewing it
+        # meanwhile. Past that another worker may have taken the job, and a late settle is ignored anyway.
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.lease_ms / 1000
+        pause = SETTLE_RETRY_FIRST_S
+        failures = 0
         try:
-            await self.queue.settle(
-                job_id=held.job.id,
-                worker_id=self.worker_id,
-                status=status,
-                delay_ms=delay_ms,
-                run_id=run_id,
-                error=error,
-                attempt=outcome,
-            )
-        except Exception as failure:
-            # The store is down: stop renewing, and the lease lapsing hands the job to another worker.
-            self.on_error(failure)
+            while True:
+                try:
+                    await self.queue.settle(
+                        job_id=held.job.id,
+                        worker_id=self.worker_id,
+                        status=status,
+                        delay_ms=delay_ms,
+                        run_id=run_id,
+                        error=error,
+                        attempt=outcome,
+                    )
+                    return
+                except Exception as failure:
+                    failures += 1
+                    if failures == 1:
+                        self.on_error(failure)
+                    if loop.time() + pause >= give_up_at:
+                        logger.warning(
+                            "could not settle job %s after %d tries; its lease will hand it to another worker",
+                            held.job.id,
+                            failures,
+                        )
+                        return
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, SETTLE_RETRY_MAX_S)
         finally:
             self._forget(held)
 
