@@ -55,6 +55,17 @@ async def pool(session_db: str) -> AsyncIterator[Any]:
         await opened.wait_closed()
 
 
+def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
+    """One statement on its own autocommit connection: for arranging and inspecting tables from outside."""
+    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement, args)
+            return list(cur.fetchall())
+    finally:
+        conn.close()
+
+
 def empty_tables(url: str, prefix: str = "") -> None:
     conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs())
     try:

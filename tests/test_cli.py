@@ -11,12 +11,13 @@ import sys
 from typing import Any
 
 import aiomysql
-import pymysql
 import pytest
 
 from plitzi_jobs_mysql import AttemptOutcome, JobInput, ScheduleInput, create_mysql_job_queue
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements
 from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .conftest import sql
 
 TABLES = ("action_jobs", "action_schedules", "action_kv")
 
@@ -54,18 +55,8 @@ def as_json(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(ok(result).stdout)
 
 
-def query(url: str, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
-
-
 def tables(url: str) -> set[str]:
-    return {str(row[0]) for row in query(url, "SHOW TABLES")}
+    return {str(row[0]) for row in sql(url, "SHOW TABLES")}
 
 
 def pipe_to_mariadb(url: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -173,7 +164,7 @@ def test_migrate_twice_is_harmless(database_url: str) -> None:
     seed(database_url)
     second = ok(cli("migrate", "--url", database_url))
     assert second.stderr.count("already there") == 3 and "created" not in second.stderr
-    assert query(database_url, "SELECT COUNT(*) FROM action_jobs") == [(6,)]
+    assert sql(database_url, "SELECT COUNT(*) FROM action_jobs") == [(6,)]
 
 
 def test_migrate_with_a_prefix_and_the_url_from_the_environment(database_url: str) -> None:

@@ -25,20 +25,12 @@ from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements
 from plitzi_jobs_mysql.testing.replica import ensure_ledger, read_ledger, spawn_replica
 from plitzi_jobs_mysql.url import parse_mysql_url
 
+from .conftest import sql
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 KILLS = 6
 LEASE_MS = 1_500
-
-
-def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
 
 
 def insert_jobs(url: str, jobs: list[tuple[str, dict[str, Any], int]]) -> None:

@@ -22,7 +22,7 @@ from plitzi_jobs_mysql import (
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import open_pool
+from .conftest import open_pool, sql
 
 
 def job(id: str, **fields: Any) -> JobInput:
@@ -32,16 +32,6 @@ def job(id: str, **fields: Any) -> JobInput:
     }
     values.update(fields)
     return JobInput(id=id, **values)
-
-
-def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
 
 
 def tables(url: str) -> list[str]:

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import aiomysql
-import pymysql
 import pytest
 
 from plitzi_jobs_mysql import JobInput, ScheduleInput, create_mysql_job_queue, schedule_job_id
 from plitzi_jobs_mysql.testing.replica import LedgerRow, read_ledger, spawn_replica
 from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .conftest import sql
 
 pytestmark = pytest.mark.slow
 
@@ -117,16 +118,6 @@ async def queue(database_url: str) -> AsyncIterator[Any]:
     finally:
         pool.close()
         await pool.wait_closed()
-
-
-def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
 
 
 def status_counts(url: str) -> dict[str, int]:

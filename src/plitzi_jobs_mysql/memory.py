@@ -293,8 +293,7 @@ class _MemoryJobQueue:
         return JobPage(jobs=[self._snapshot(r) for r in matching[offset : offset + limit]], total=len(matching))
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
-        spaces = check.space_ids(space_ids)
-        check.job_id(job_id)
+        spaces = check.scoped_job(space_ids, job_id)
         row = self._owned(spaces, job_id)
         return self._snapshot(row) if row else None
 
@@ -304,8 +303,7 @@ class _MemoryJobQueue:
         return sorted(found, key=lambda s: (s.space_id, s.action_id))
 
     async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.space_ids(space_ids)
-        check.job_id(job_id)
+        spaces = check.scoped_job(space_ids, job_id)
         row = self._owned(spaces, job_id)
         if row is None or row.job.status not in TERMINAL_STATUSES:
             return False
@@ -324,8 +322,7 @@ class _MemoryJobQueue:
         return True
 
     async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.space_ids(space_ids)
-        check.job_id(job_id)
+        spaces = check.scoped_job(space_ids, job_id)
         row = self._owned(spaces, job_id)
         if row is None or row.job.status not in ("pending", "running"):
             return False

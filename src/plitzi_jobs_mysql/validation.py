@@ -77,6 +77,13 @@ def space_ids(values: object) -> list[int]:
     return [integer("space_ids[]", v, INT64_MIN, INT64_MAX) for v in values]
 
 
+def scoped_job(ids: object, job: object) -> list[int]:
+    """The arguments of the operator's calls that name one job within some spaces."""
+    spaces = space_ids(ids)
+    job_id(job)
+    return spaces
+
+
 def limit(name: str, value: object) -> int:
     return integer(name, value, 0, MAX_LIMIT)
 

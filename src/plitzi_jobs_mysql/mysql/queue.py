@@ -425,16 +425,14 @@ class MysqlJobQueue:
         return await self._store.run(page)
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
-        spaces = check.space_ids(space_ids)
-        check.job_id(job_id)
+        spaces = check.scoped_job(space_ids, job_id)
         if not spaces:
             return None
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
         return _job(rows[0]) if rows else None
 
     async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.space_ids(space_ids)
-        check.job_id(job_id)
+        spaces = check.scoped_job(space_ids, job_id)
         if not spaces:
             return False
         now = await self._now_ms()
@@ -442,8 +440,7 @@ class MysqlJobQueue:
         return await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
 
     async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.space_ids(space_ids)
-        check.job_id(job_id)
+        spaces = check.scoped_job(space_ids, job_id)
         if not spaces:
             return False
         now = await self._now_ms()
