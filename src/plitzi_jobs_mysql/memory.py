@@ -56,6 +56,7 @@ class _MemoryJobQueue:
     _jobs: dict[str, _Row] = field(default_factory=dict)
     _schedules: dict[tuple[int, str], Schedule] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
+    _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
 
     def _now(self) -> int:
         return int(self.clock())
@@ -63,14 +64,19 @@ class _MemoryJobQueue:
     def _snapshot(self, row: _Row) -> Job:
         return replace(row.job, input=json.loads(row.input_json))
 
+    def _update(self, row: _Row, base: Job, **changes: Any) -> None:
+        """Every change of a job goes through here, so the finished ones are known in the order they finished."""
+        row.job = replace(base, **changes)
+        self._finished.pop(row.job.id, None)
+        if row.job.status in TERMINAL_STATUSES:
+            self._finished[row.job.id] = None
+
     def _evict(self) -> None:
         """Oldest finished jobs first, so the bound drops history rather than anything anybody waits on."""
-        finished = [r for r in self._jobs.values() if r.job.status in TERMINAL_STATUSES]
-        excess = len(finished) - self.retain_finished
-        if excess > 0:
-            finished.sort(key=lambda r: (r.job.updated_at, r.seq))
-            for row in finished[:excess]:
-                del self._jobs[row.job.id]
+        while len(self._finished) > self.retain_finished:
+            oldest = next(iter(self._finished))
+            del self._finished[oldest]
+            del self._jobs[oldest]
 
     def _owned(self, space_ids: Sequence[int], job_id: str) -> _Row | None:
         row = self._jobs.get(job_id)
@@ -143,7 +149,8 @@ class _MemoryJobQueue:
                 job = replace(job, history=(*job.history, lost))
                 if job.attempts >= job.max_attempts:
                     # A job that kills its worker every time must not loop forever.
-                    row.job = replace(
+                    self._update(
+                        row,
                         job,
                         status="dead",
                         lease_until=None,
@@ -151,7 +158,8 @@ class _MemoryJobQueue:
                         updated_at=at,
                     )
                     continue
-            row.job = replace(
+            self._update(
+                row,
                 job,
                 status="running",
                 attempts=job.attempts + 1,
@@ -172,7 +180,7 @@ class _MemoryJobQueue:
             row = self._jobs.get(job_id)
             if row is None or row.job.worker_id != worker_id or row.job.status != "running":
                 continue
-            row.job = replace(row.job, lease_until=at + lease_ms)
+            self._update(row, row.job, lease_until=at + lease_ms)
             if row.job.cancel_requested:
                 cancelled.append(job_id)
         return cancelled
@@ -221,7 +229,7 @@ class _MemoryJobQueue:
             changes["worker_id"] = None
             if attempt is None:  # a hand-back of a job never started gives its attempt back
                 changes["attempts"] = max(0, job.attempts - 1)
-        row.job = replace(job, **changes)
+        self._update(row, job, **changes)
         self._evict()
 
     async def due_schedules(self, limit: int) -> list[Schedule]:
@@ -308,7 +316,8 @@ class _MemoryJobQueue:
         if row is None or row.job.status not in TERMINAL_STATUSES:
             return False
         at = self._now()
-        row.job = replace(
+        self._update(
+            row,
             row.job,
             status="pending",
             run_at=at,
@@ -328,9 +337,9 @@ class _MemoryJobQueue:
             return False
         at = self._now()
         if row.job.status == "pending":
-            row.job = replace(row.job, status="cancelled", worker_id=None, updated_at=at)
+            self._update(row, row.job, status="cancelled", worker_id=None, updated_at=at)
         else:
-            row.job = replace(row.job, cancel_requested=True, updated_at=at)
+            self._update(row, row.job, cancel_requested=True, updated_at=at)
         self._evict()
         return True
 
@@ -350,7 +359,7 @@ class _MemoryJobQueue:
                 continue
             if before is not None and row.seq >= before:
                 continue
-            row.job = replace(job, status="cancelled", worker_id=None, updated_at=at)
+            self._update(row, job, status="cancelled", worker_id=None, updated_at=at)
             count += 1
         self._evict()
         return count
