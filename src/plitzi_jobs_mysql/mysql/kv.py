@@ -46,7 +46,7 @@ class MysqlKv:
         check.kv_value(value)
         ttl = check.ttl_ms(ttl_seconds)
         await self._purge_if_due()
-        await self._store.retrying(lambda conn: conn.write(self._sql.kv_set, (key, value, ttl)))
+        await self._store.retrying(lambda conn: conn.write(self._sql.kv_set, {"k": key, "v": value, "ttl": ttl}))
 
     async def delete(self, key: str) -> None:
         check.kv_key(key)

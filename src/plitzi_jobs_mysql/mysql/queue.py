@@ -369,7 +369,7 @@ class MysqlJobQueue:
     async def put_schedules(self, *, space_id: int, schedules: Sequence[ScheduleInput]) -> None:
         incoming = check.put_schedules_args(space_id, schedules)
         now = await self._now_ms()
-        steps: list[tuple[str, Any]] = [(self._sql.lock_space_schedules, (space_id, now))]
+        steps: list[tuple[str, Any]] = [(self._sql.lock_space_schedules, {"space": space_id, "now": now})]
         if incoming:
             keep = [s.action_id for s in incoming]
             steps.append((self._sql.delete_space_schedules_except, (space_id, keep)))

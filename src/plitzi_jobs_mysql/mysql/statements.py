@@ -223,8 +223,8 @@ def statements_for(prefix: str) -> Statements:
         # conflicts). It is never enabled, so never due, and never listed.
         lock_space_schedules=(
             f"INSERT INTO {schedules} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
-            "max_attempts, missed, updated_at) VALUES (%s, '', '', NULL, '', 0, 0, 1, 0, %s) "
-            "ON DUPLICATE KEY UPDATE updated_at = VALUES(updated_at)"
+            "max_attempts, missed, updated_at) VALUES (%(space)s, '', '', NULL, '', 0, 0, 1, 0, %(now)s) "
+            "ON DUPLICATE KEY UPDATE updated_at = %(now)s"
         ),
         delete_space_schedules=f"DELETE FROM {schedules} WHERE space_id = %s AND action_id <> ''",
         delete_space_schedules_except=(
@@ -233,6 +233,8 @@ def statements_for(prefix: str) -> Statements:
         upsert_schedule_values="(%s, %s, %s, %s, %s, %s, %s, %s, 0, %s)",
         # An unchanged schedule keeps its promised fire, unless it is being switched back on (a week switched
         # off is not a week of missed fires). next_run_at is decided BEFORE cron/zone/enabled are overwritten.
+        # A multi-row upsert needs VALUES(col), which MySQL 8.0.20+ deprecates (MariaDB has no row alias); it
+        # runs once per reconcile of a space, so the warning is left to it.
         upsert_schedules=(
             f"INSERT INTO {schedules} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
             "max_attempts, missed, updated_at) VALUES {values} ON DUPLICATE KEY UPDATE "
@@ -248,9 +250,10 @@ def statements_for(prefix: str) -> Statements:
         ),
         # -- kv ---------------------------------------------------------------------------------------------
         kv_get=f"SELECT v FROM {kv} WHERE k = %s AND {live}",
+        # Parameters repeated rather than VALUES(col), which MySQL 8.0.20+ deprecates with a warning per call.
         kv_set=(
-            f"INSERT INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s) "
-            "ON DUPLICATE KEY UPDATE v = VALUES(v), expires_at = VALUES(expires_at)"
+            f"INSERT INTO {kv} (k, v, expires_at) VALUES (%(k)s, %(v)s, {NOW_MS} + %(ttl)s) "
+            f"ON DUPLICATE KEY UPDATE v = %(v)s, expires_at = {NOW_MS} + %(ttl)s"
         ),
         kv_delete=f"DELETE FROM {kv} WHERE k = %s",
         # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is
