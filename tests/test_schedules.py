@@ -113,3 +113,9 @@ def test_lookups_protocol_needs_only_list_actions() -> None:
             return []
 
     assert isinstance(Lookups(), ActionLookups)
+
+
+def test_the_lookup_records_take_their_fields_by_position_or_by_name() -> None:
+    # Not among API.md's keyword-only records: its call forms name them positionally too.
+    assert ScheduleTrigger("0 7 * * *", "Europe/Berlin") == ScheduleTrigger(cron="0 7 * * *", timezone="Europe/Berlin")
+    assert ActionEntry("digest", ScheduleTrigger("0 7 * * *")).schedule == ScheduleTrigger(cron="0 7 * * *")

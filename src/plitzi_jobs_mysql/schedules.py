@@ -19,7 +19,7 @@ from .validation import ID_MAX_CHARS, NAME_MAX_CHARS
 DEFAULT_MAX_ATTEMPTS: Final = 3
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ScheduleTrigger:
     """An action's schedule trigger: a five-field cron, read on the wall clock of `timezone` (UTC when
     None)."""
@@ -29,7 +29,7 @@ class ScheduleTrigger:
     enabled: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ActionEntry:
     """One action of a space, as the deployment's lookups describe it."""
 
