@@ -361,3 +361,11 @@ async def test_kv_swaps_racing_across_nodes_have_exactly_one_winner(
     assert winners_absent == [1] * rounds, "a swap-if-absent race across nodes did not have exactly one winner"
     assert winners_value == [1] * rounds, "a compare-and-set race across nodes did not have exactly one winner"
     assert not raised, f"a Galera conflict reached the caller of swap(): {dict(raised)}"
+
+
+async def test_every_statement_waits_for_the_node_to_be_causally_up_to_date(pools: list[Any]) -> None:
+    """The deterministic half of the lagging-node guard: the adapter recognised each node as Galera."""
+    for pool in pools:
+        queue = create_mysql_job_queue(pool, create_tables=False)
+        assert await queue.get_job([1], "nothing") is None
+        assert queue._store.statement_prefix == session_module.GALERA_CAUSAL

@@ -283,3 +283,9 @@ async def test_claims_from_many_pools_at_once_never_share_a_job(database_url: st
     results = await asyncio.gather(*(drain(q, f"w{i}-{n}") for i, q in enumerate(queues) for n in range(4)))
     everything = [i for r in results for i in r]
     assert len(everything) == 400 and len(set(everything)) == 400
+
+
+async def test_a_standalone_server_gets_plain_statements(database_url: str, pools: list[Any]) -> None:
+    queue = create_mysql_job_queue(await pool_on(pools, database_url))
+    assert await queue.get_job([1], "nothing") is None
+    assert queue._store.statement_prefix == ""  # the Galera causal wait is for wsrep nodes only
