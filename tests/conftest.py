@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -11,6 +13,16 @@ import pytest
 
 from plitzi_jobs_mysql.testing import fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
+
+
+class Clock:
+    """An injectable epoch-ms clock that moves only when a test moves it."""
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
 
 
 @pytest.fixture(scope="session")
@@ -64,6 +76,22 @@ def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def mariadb_client(url: str) -> tuple[list[str], dict[str, str]]:
+    """The `mariadb` command line (and environment, for the password) that reaches `url`'s database."""
+    client = shutil.which("mariadb") or shutil.which("mysql")
+    if client is None:
+        pytest.fail("neither the `mariadb` nor the `mysql` client is installed")
+    parsed = parse_mysql_url(url)
+    command = [client, "--default-character-set=utf8mb4", "-u", parsed.user]
+    if parsed.unix_socket:
+        command.append(f"--socket={parsed.unix_socket}")
+    else:
+        command += ["--protocol=TCP", "-h", parsed.host, "-P", str(parsed.port)]
+    if parsed.database:
+        command.append(parsed.database)
+    return command, {**os.environ, "MYSQL_PWD": parsed.password}
 
 
 def empty_tables(url: str, prefix: str = "") -> None:

@@ -8,7 +8,6 @@ sql/schema.sql piped through the `mariadb` client; the adapters then work on the
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ import pytest
 from plitzi_jobs_mysql import JobInput, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.testing import fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .conftest import mariadb_client
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ("action_jobs", "action_schedules", "action_kv")
@@ -40,22 +41,6 @@ def alembic(url: str | None, *args: str, prefix: str | None = None) -> subproces
 def ok(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
     return result
-
-
-def mariadb_client(url: str) -> tuple[list[str], dict[str, str]]:
-    """The `mariadb` command line (and environment, for the password) that reaches `url`'s database."""
-    client = shutil.which("mariadb") or shutil.which("mysql")
-    if client is None:
-        pytest.fail("neither the `mariadb` nor the `mysql` client is installed")
-    parsed = parse_mysql_url(url)
-    command = [client, "--default-character-set=utf8mb4", "-u", parsed.user]
-    if parsed.unix_socket:
-        command.append(f"--socket={parsed.unix_socket}")
-    else:
-        command += ["--protocol=TCP", "-h", parsed.host, "-P", str(parsed.port)]
-    if parsed.database:
-        command.append(parsed.database)
-    return command, {**os.environ, "MYSQL_PWD": parsed.password}
 
 
 def pipe_to_mariadb(url: str, script: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from typing import Any
@@ -17,7 +16,7 @@ from plitzi_jobs_mysql import AttemptOutcome, JobInput, ScheduleInput, create_my
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import sql
+from .conftest import mariadb_client, sql
 
 TABLES = ("action_jobs", "action_schedules", "action_kv")
 
@@ -60,17 +59,7 @@ def tables(url: str) -> set[str]:
 
 
 def pipe_to_mariadb(url: str, script: str) -> subprocess.CompletedProcess[str]:
-    client = shutil.which("mariadb") or shutil.which("mysql")
-    if client is None:
-        pytest.fail("neither the `mariadb` nor the `mysql` client is installed")
-    parsed = parse_mysql_url(url)
-    command = [client, "--default-character-set=utf8mb4", "-u", parsed.user]
-    if parsed.unix_socket:
-        command.append(f"--socket={parsed.unix_socket}")
-    else:
-        command += ["--protocol=TCP", "-h", parsed.host, "-P", str(parsed.port)]
-    command.append(str(parsed.database))
-    env = {**os.environ, "MYSQL_PWD": parsed.password}
+    command, env = mariadb_client(url)
     return subprocess.run(command, input=script, capture_output=True, text=True, env=env, timeout=60)
 
 

@@ -15,15 +15,9 @@ from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv
 from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.schedules import ActionEntry, ScheduleTrigger, schedule_job_id
 
+from .conftest import Clock
+
 T = int(datetime(2024, 1, 15, 10, 0, tzinfo=UTC).timestamp() * 1000)
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Lookups:

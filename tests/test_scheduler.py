@@ -17,16 +17,10 @@ from plitzi_jobs_mysql.records import MissedFires, Schedule, ScheduleInput
 from plitzi_jobs_mysql.scheduler import PARK_MS, create_scheduler
 from plitzi_jobs_mysql.schedules import ActionEntry, ScheduleTrigger, schedule_job_id
 
+from .conftest import Clock
+
 MINUTE = 60_000
 T = int(datetime(2024, 1, 15, 10, 0, tzinfo=UTC).timestamp() * 1000)  # a whole minute
-
-
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Lookups:

@@ -22,15 +22,9 @@ from plitzi_jobs_mysql.worker import (
     create_job_worker,
 )
 
+from .conftest import Clock
+
 T = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self, now: int = T) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class FixedRandom:
@@ -124,7 +118,7 @@ class Gate:
 
 
 def fixed_queue() -> tuple[Clock, JobQueue]:
-    clock = Clock()
+    clock = Clock(T)
     return clock, create_memory_job_queue(clock=clock)
 
 
