@@ -94,6 +94,7 @@ class Connection:
         self.raw = raw
         self.autocommit: bool = bool(raw.get_autocommit())
         self.prefix = statement_prefix
+        self.open_read = False
 
     def _bind(self, sql: str, args: Any) -> tuple[str, Any]:
         sql, args = bind(sql, args)
@@ -102,30 +103,26 @@ class Connection:
     async def fetch(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         async with self.raw.cursor() as cur:
             await cur.execute(*self._bind(sql, args))
+            self.open_read = not self.autocommit  # a read view the borrow must close
             return list(await cur.fetchall())
 
     async def write(self, sql: str, args: Any = None) -> int:
         """Runs one statement as its own transaction; answers the affected rows."""
-        try:
-            async with self.raw.cursor() as cur:
-                await cur.execute(*self._bind(sql, args))
-                count = int(cur.rowcount)
-            if not self.autocommit:
-                await self.raw.commit()  # on Galera only a successful COMMIT proves a win
-            return count
-        except BaseException:
-            await self.rollback()
-            raise
+        return (await self._write(sql, args))[0]
 
     async def write_returning_id(self, sql: str, args: Any = None) -> int:
         """Like `write`, answering the LAST_INSERT_ID() the statement set (the OK packet's insert id)."""
+        return (await self._write(sql, args))[1]
+
+    async def _write(self, sql: str, args: Any) -> tuple[int, int]:
         try:
             async with self.raw.cursor() as cur:
                 await cur.execute(*self._bind(sql, args))
-                value = int(cur.lastrowid or 0)
+                result = int(cur.rowcount), int(cur.lastrowid or 0)
             if not self.autocommit:
-                await self.raw.commit()
-            return value
+                await self.raw.commit()  # on Galera only a successful COMMIT proves a win
+                self.open_read = False
+            return result
         except BaseException:
             await self.rollback()
             raise
@@ -233,14 +230,14 @@ class MysqlStore:
                 ok = True
             finally:
                 if not conn.autocommit:
-                    # Close whatever a read opened, so the pool hands on a connection with no read view.
-                    if ok:
+                    if not ok:
+                        await conn.rollback()
+                    elif conn.open_read:
+                        # Close the read view a read opened, so the pool hands on a connection without one.
                         try:
                             await raw.commit()
                         except Exception:
                             log.debug("commit after a read failed", exc_info=True)
-                    else:
-                        await conn.rollback()
 
     async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
         async with self.connection() as conn:
