@@ -12,10 +12,26 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from . import validation as check
 
 RESYNC_MS = 30_000
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def to_epoch_ms(moment: datetime) -> int:
+    """An instant as epoch milliseconds, in integer arithmetic (a float timestamp can be a millisecond off).
+    A naive datetime is read as UTC."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def from_epoch_ms(ms: int) -> datetime:
+    """Epoch milliseconds as a timezone-aware UTC datetime."""
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 @dataclass

@@ -12,12 +12,14 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from . import validation as check
+from .clock import from_epoch_ms
 from .contract import JobQueue, KvStore
 from .records import (
+    LOST_ERROR,
     TERMINAL_STATUSES,
     Attempt,
     AttemptOutcome,
@@ -28,15 +30,10 @@ from .records import (
     ScheduleInput,
 )
 
-LOST_ERROR = "the worker holding this job stopped reporting"
-
 
 def wall_clock_ms() -> int:
+    """This machine's clock: the in-process stores' default, and the only place the package reads it."""
     return time.time_ns() // 1_000_000
-
-
-def ms_to_datetime(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 @dataclass
@@ -83,7 +80,7 @@ class _MemoryJobQueue:
         return row if row is not None and row.job.space_id in space_ids else None
 
     async def now(self) -> datetime:
-        return ms_to_datetime(self._now())
+        return from_epoch_ms(self._now())
 
     def _insert(self, job: JobInput, encoded: str, at: int) -> bool:
         if job.id in self._jobs:
@@ -404,9 +401,7 @@ class _MemoryKv:
         return entry.value if entry else None
 
     async def set(self, key: str, value: str, ttl_seconds: float | None = None) -> None:
-        check.kv_key(key)
-        check.kv_value(value)
-        self._entries[key] = _Entry(value, self._expiry(check.ttl_ms(ttl_seconds)))
+        self._entries[key] = _Entry(value, self._expiry(check.kv_write_args(key, value, ttl_seconds)))
 
     async def delete(self, key: str) -> None:
         self._entries.pop(check.kv_key(key), None)
@@ -431,11 +426,7 @@ class _MemoryKv:
             entry.expires_at = self._expiry(ttl)
 
     async def swap(self, key: str, expected: str | None, value: str, ttl_seconds: float | None = None) -> bool:
-        check.kv_key(key)
-        if expected is not None:
-            check.kv_value(expected, "expected")
-        check.kv_value(value)
-        ttl = check.ttl_ms(ttl_seconds)
+        ttl = check.kv_write_args(key, value, ttl_seconds, expected)
         entry = self._live(key)
         current = entry.value if entry else None
         if current != expected:

@@ -12,6 +12,8 @@ JOB_STATUSES: Final = frozenset({"pending", "running"}) | TERMINAL_STATUSES
 ATTEMPT_STATUSES: Final = frozenset({"succeeded", "failed", "cancelled", "lost"})
 #: What a worker may settle a job as: back to the queue, or one of the ends.
 SETTLE_STATUSES: Final = frozenset({"pending"}) | TERMINAL_STATUSES
+#: The error of a `lost` attempt: its lease lapsed and another claim took the job.
+LOST_ERROR: Final = "the worker holding this job stopped reporting"
 
 
 @dataclass(frozen=True, kw_only=True)

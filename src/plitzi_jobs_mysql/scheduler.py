@@ -25,10 +25,10 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Coroutine, Sequence
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from . import validation as check
+from .clock import from_epoch_ms, to_epoch_ms
 from .contract import JobQueue
 from .cron import cron_fires_between, cron_next_fire
 from .records import JobInput, MissedFires, Schedule, SweepResult
@@ -40,23 +40,12 @@ MINUTE_MS: Final = 60_000
 #: Where a schedule is parked when its expression has no next fire at all: four years out, the horizon
 #: `cron_next_fire` searches. Nothing inside it matched, so nothing inside it will.
 PARK_MS: Final = 2_108_160 * MINUTE_MS
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 ErrorHandler = Callable[[BaseException], None]
 
 
 def _log_error(error: BaseException) -> None:
     logger.error("schedule pass failed", exc_info=error)
-
-
-def _to_ms(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
-
-
-def _to_datetime(ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=ms)
 
 
 class Scheduler:
@@ -92,7 +81,7 @@ class Scheduler:
     async def sweep(self) -> SweepResult:
         """One pass: every due schedule (up to `batch`) becomes one job, and moves on."""
         result = SweepResult(enqueued=[], duplicates=[], missed=[])
-        at = _to_ms(await self.queue.now())
+        at = to_epoch_ms(await self.queue.now())
         for schedule in await self.queue.due_schedules(self.batch):
             await self._produce(schedule, at, result)
         return result
@@ -102,14 +91,14 @@ class Scheduler:
         cron, timezone = schedule.cron, schedule.timezone
         lateness = max(fire_at, at)
         # Fires in (fire_at, lateness]: the ones that went by while nothing swept. The fire itself is the job.
-        missed = cron_fires_between(cron, _to_datetime(fire_at), _to_datetime(lateness), timezone)
+        missed = cron_fires_between(cron, from_epoch_ms(fire_at), from_epoch_ms(lateness), timezone)
         # The first occurrence strictly after `lateness`, which (fires being whole minutes) is the first at or
         # after the minute following the one `lateness` falls in. Not `lateness + 1 minute`: `cron_next_fire`
         # rounds up to a whole minute, so a sweep seven seconds late would ask from 00:02:07, get 00:03, and
         # an every-minute schedule would fire every other minute.
         ask_from = (lateness // MINUTE_MS) * MINUTE_MS + MINUTE_MS
-        next_fire = cron_next_fire(cron, _to_datetime(ask_from), timezone)
-        to_at = _to_ms(next_fire) if next_fire is not None else lateness + PARK_MS
+        next_fire = cron_next_fire(cron, from_epoch_ms(ask_from), timezone)
+        to_at = to_epoch_ms(next_fire) if next_fire is not None else lateness + PARK_MS
 
         job_id = schedule_job_id(schedule.space_id, schedule.action_id, fire_at)
         created = await self.queue.enqueue(

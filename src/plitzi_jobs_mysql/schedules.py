@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Protocol, runtime_checkable
 
+from .clock import to_epoch_ms
 from .cron import cron_next_fire, is_known_time_zone, is_valid_cron
 from .records import ScheduleInput
 from .validation import ID_MAX_CHARS, NAME_MAX_CHARS
@@ -88,7 +89,7 @@ def schedule_for(
         cron=cron,
         environment=environment,
         enabled=bool(trigger.enabled),
-        next_run_at=_epoch_ms(next_fire),
+        next_run_at=to_epoch_ms(next_fire),
         max_attempts=max_attempts,
         timezone=zone,
     )
@@ -106,7 +107,3 @@ def schedules_for(
     return [schedule for schedule in found if schedule is not None]
 
 
-def _epoch_ms(moment: datetime) -> int:
-    # Whole seconds and microseconds kept apart: a float timestamp can be a millisecond off.
-    whole = moment.replace(microsecond=0).timestamp()
-    return int(whole) * 1000 + moment.microsecond // 1000

@@ -305,6 +305,15 @@ def ttl_ms(ttl_seconds: object, *, optional: bool = True) -> int | None:
     return ms
 
 
+def kv_write_args(key: object, value: object, ttl_seconds: object, expected: object = None) -> int | None:
+    """The arguments of `set` and `swap`, checked alike in every store; answers the lifetime in ms."""
+    kv_key(key)
+    if expected is not None:
+        kv_value(expected, "expected")
+    kv_value(value)
+    return ttl_ms(ttl_seconds)
+
+
 def increment_amount(amount: object) -> int:
     return integer("amount", amount, INT64_MIN + 1, INT64_MAX)
 

@@ -42,9 +42,7 @@ class MysqlKv:
         return str(rows[0][0]) if rows else None
 
     async def set(self, key: str, value: str, ttl_seconds: float | None = None) -> None:
-        check.kv_key(key)
-        check.kv_value(value)
-        ttl = check.ttl_ms(ttl_seconds)
+        ttl = check.kv_write_args(key, value, ttl_seconds)
         await self._purge_if_due()
         await self._store.retrying(lambda conn: conn.write(self._sql.kv_set, {"k": key, "v": value, "ttl": ttl}))
 
@@ -73,11 +71,7 @@ class MysqlKv:
         await self._store.retrying(lambda conn: conn.write(self._sql.kv_expire, (ttl, key)))
 
     async def swap(self, key: str, expected: str | None, value: str, ttl_seconds: float | None = None) -> bool:
-        check.kv_key(key)
-        if expected is not None:
-            check.kv_value(expected, "expected")
-        check.kv_value(value)
-        ttl = check.ttl_ms(ttl_seconds)
+        ttl = check.kv_write_args(key, value, ttl_seconds, expected)
         try:
             if expected is None:
                 return await self._store.run(lambda conn: self._insert_if_absent(conn, key, value, ttl))

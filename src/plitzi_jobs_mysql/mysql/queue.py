@@ -13,9 +13,8 @@ from typing import Any
 import pymysql
 
 from .. import validation as check
-from ..clock import RESYNC_MS, StoreClock, create_store_clock
-from ..memory import LOST_ERROR, ms_to_datetime
-from ..records import Attempt, AttemptOutcome, Job, JobInput, JobPage, Schedule, ScheduleInput
+from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
+from ..records import LOST_ERROR, Attempt, AttemptOutcome, Job, JobInput, JobPage, Schedule, ScheduleInput
 from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
@@ -144,7 +143,7 @@ class MysqlJobQueue:
         return await self._clock.now()
 
     async def now(self) -> datetime:
-        return ms_to_datetime(await self._now_ms())
+        return from_epoch_ms(await self._now_ms())
 
     def resync_clock(self) -> None:
         """Take the store's clock again on the next call, e.g. after a failover to another primary."""

@@ -19,11 +19,12 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
 
+from ..clock import to_epoch_ms
 from ..contract import JobQueue, KvStore
 from ..records import AttemptOutcome, Job, JobInput, ScheduleInput
 
@@ -61,7 +62,7 @@ def schedule(action_id: str, *, space_id: int = 1, cron: str = "*/5 * * * *", **
 
 
 async def now_ms(queue: JobQueue) -> int:
-    return int((await queue.now()).timestamp() * 1000)
+    return to_epoch_ms(await queue.now())
 
 
 async def claim_one(queue: JobQueue, worker: str = "w1", lease_ms: int = 60_000) -> Job:
@@ -721,7 +722,3 @@ class KvContract:
         await kv.set(longest, "v")
         assert await kv.get(longest) == "v"
         assert await kv.get(longest[:-1]) is None
-
-
-def utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
