@@ -6,6 +6,13 @@ This module is the public surface, re-exported; nothing else lives here.
 from .clock import StoreClock, create_store_clock
 from .contract import JobQueue, KvStore
 from .cron import cron_fires_between, cron_next_fire, is_known_time_zone
+from .errors import (
+    ConnectionCharsetError,
+    PayloadTooLargeError,
+    PlitziJobsError,
+    SchemaMismatchError,
+    StoreUnavailableError,
+)
 from .jobs import ActionJobs, create_action_jobs
 from .memory import create_memory_job_queue, create_memory_kv
 from .mysql import (
@@ -38,6 +45,7 @@ __all__ = [
     "ActionLookups",
     "Attempt",
     "AttemptOutcome",
+    "ConnectionCharsetError",
     "Job",
     "JobInput",
     "JobPage",
@@ -47,13 +55,17 @@ __all__ = [
     "MissedFires",
     "MysqlJobQueue",
     "MysqlKv",
+    "PayloadTooLargeError",
     "PermanentFailure",
+    "PlitziJobsError",
     "RetryLater",
     "Schedule",
     "ScheduleInput",
     "ScheduleTrigger",
     "Scheduler",
+    "SchemaMismatchError",
     "StoreClock",
+    "StoreUnavailableError",
     "SweepResult",
     "close_on_signals",
     "create_action_jobs",

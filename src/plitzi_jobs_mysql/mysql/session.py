@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import pymysql
 
+from ..errors import ConnectionCharsetError
 from .schema import check_prefix, mysql_job_schema_statements, table_names
 from .statements import Statements, statements_for
 
@@ -186,7 +187,7 @@ class MysqlStore:
                 if value is not None and str(value).lower() != "utf8mb4"
             ]
             if wrong:
-                raise RuntimeError(
+                raise ConnectionCharsetError(
                     "plitzi_jobs_mysql needs connections in utf8mb4 to store text whole, but this pool's are "
                     f"not ({', '.join(wrong)}): open the pool with aiomysql.create_pool(..., charset='utf8mb4')"
                 )

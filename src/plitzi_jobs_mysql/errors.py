@@ -1,0 +1,41 @@
+"""The exceptions a user may want to catch, under one base class.
+
+Where the API promises a builtin (``ValueError`` for bad input, ``TypeError`` for input that is not JSON), the
+named error subclasses that builtin too, so ``except ValueError`` keeps working and ``except PlitziJobsError``
+catches everything this package raises on purpose.
+"""
+
+from __future__ import annotations
+
+
+class PlitziJobsError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class SchemaMismatchError(PlitziJobsError, RuntimeError):
+    """The tables found are not the schema this release runs on (older, newer, foreign, or missing columns).
+
+    Raised on first use, before any write; the message names what was found and the command that fixes it.
+    """
+
+
+class PayloadTooLargeError(PlitziJobsError, ValueError):
+    """A job input or kv value cannot reach the server in one packet (``max_allowed_packet``) or exceeds the
+    package's own bound. Raised before anything is sent; the message names the limit and the server setting."""
+
+
+class ConnectionCharsetError(PlitziJobsError, RuntimeError):
+    """The pool's connections do not speak utf8mb4, so text could not be stored and read back whole."""
+
+
+class StoreUnavailableError(PlitziJobsError, ConnectionError):
+    """The store could not be reached (connection refused, lost, or the server read-only) for this call."""
+
+
+__all__ = [
+    "ConnectionCharsetError",
+    "PayloadTooLargeError",
+    "PlitziJobsError",
+    "SchemaMismatchError",
+    "StoreUnavailableError",
+]
