@@ -15,12 +15,9 @@ a cluster cannot be started here (None when it can).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pwd
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,7 +26,14 @@ from types import TracebackType
 
 import pymysql
 
-from plitzi_jobs_mysql.testing.server import find_server_binary
+from plitzi_jobs_mysql.testing.host import (
+    find_binary,
+    find_server_binary,
+    free_ports,
+    is_mariadb_binary,
+    log_tail,
+    stop_process,
+)
 
 LIBRARY_PATHS = (
     "/usr/lib/galera/libgalera_smm.so",
@@ -53,13 +57,13 @@ def galera_missing_reason() -> str | None:
     if galera_library() is None:
         missing.append("libgalera_smm.so (Debian package galera-4) in " + ", ".join(LIBRARY_PATHS))
     binary = find_server_binary()
-    if binary is None or ("mysqld" in os.path.basename(binary) and not _is_mariadb(binary)):
+    if binary is None or ("mysqld" in os.path.basename(binary) and not is_mariadb_binary(binary)):
         missing.append("a MariaDB server (mariadbd)")
     if shutil.which("rsync") is None:
         missing.append("rsync (Debian package rsync)")
     if shutil.which("wsrep_sst_rsync") is None and not os.path.exists("/usr/bin/wsrep_sst_rsync"):
         missing.append("wsrep_sst_rsync (Debian package mariadb-server)")
-    if shutil.which("mariadb-install-db") is None and shutil.which("mysql_install_db") is None:
+    if find_binary(("mariadb-install-db", "mysql_install_db")) is None:
         missing.append("mariadb-install-db")
     try:
         pwd.getpwnam(NODE_USER)
@@ -73,36 +77,6 @@ def galera_missing_reason() -> str | None:
         "GALERA CLUSTER TESTS NOT RUN: missing " + "; ".join(missing)
         + ". Install them with: apt-get install galera-4 rsync mariadb-server (CI's .ci/run does)."
     )
-
-
-def _is_mariadb(binary: str) -> bool:
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, timeout=30, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return b"mariadb" in out.lower()
-
-
-def _free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (held open together so none is picked twice)."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        data = path.read_bytes()[-20000:].decode("utf-8", errors="replace")
-    except OSError as error:
-        return f"(could not read {path}: {error})"
-    return "\n".join(data.splitlines()[-lines:])
 
 
 class GaleraNode:
@@ -191,7 +165,7 @@ class GaleraNode:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(
                     f"galera node {self.index} exited with code {self.proc.returncode} while starting; its error "
-                    f"log ({self.error_log}) ends with:\n{_tail(self.error_log)}"
+                    f"log ({self.error_log}) ends with:\n{log_tail(self.error_log)}"
                 )
             try:
                 state = self.status("wsrep_local_state_comment")
@@ -205,22 +179,14 @@ class GaleraNode:
             if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"galera node {self.index} not synced in time (last: {last}); its error log ends with:\n"
-                    + _tail(self.error_log)
+                    + log_tail(self.error_log)
                 )
             time.sleep(0.2)
 
     def terminate(self, timeout: float = 30.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        if proc is not None:
+            stop_process(proc, timeout, f"galera node {self.index}")
 
 
 class GaleraCluster:
@@ -261,7 +227,7 @@ class GaleraCluster:
         self.root = Path(tempfile.mkdtemp(prefix="plitzi-galera-"))
         try:
             os.chmod(self.root, 0o755)
-            ports = _free_ports(4 * self.size)
+            ports = free_ports(4 * self.size)
             for i in range(self.size):
                 base = self.root / f"node{i + 1}"
                 (base / "tmp").mkdir(parents=True)
@@ -289,7 +255,7 @@ class GaleraCluster:
         self.start_seconds = time.monotonic() - started
 
     def _install_db(self, node: GaleraNode) -> None:
-        tool = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
+        tool = find_binary(("mariadb-install-db", "mysql_install_db"))
         assert tool is not None
         log = node.base / "install.log"
         with open(log, "wb") as out:
@@ -299,7 +265,7 @@ class GaleraCluster:
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=300, check=False,
             )
         if result.returncode != 0:
-            raise RuntimeError(f"mariadb-install-db failed ({result.returncode}):\n{_tail(log)}")
+            raise RuntimeError(f"mariadb-install-db failed ({result.returncode}):\n{log_tail(log)}")
 
     def stop(self) -> None:
         # Joiners first, then the bootstrap node: the last one out leaves a clean state behind (not that it

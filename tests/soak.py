@@ -37,8 +37,8 @@ import pymysql
 
 from plitzi_jobs_mysql import JobInput, create_mysql_job_queue
 from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
-from plitzi_jobs_mysql.testing.replica import ensure_ledger, read_ledger, spawn_replica
 from plitzi_jobs_mysql.url import parse_mysql_url
+from tests.replica import ensure_ledger, read_ledger, spawn_replica
 
 WORKERS, SLOTS, SCHEDULERS, PRODUCERS = 4, 4, 3, 2
 SPACES = (1, 2, 3)

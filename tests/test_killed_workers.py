@@ -22,8 +22,8 @@ import pymysql
 import pytest
 
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements
-from plitzi_jobs_mysql.testing.replica import ensure_ledger, read_ledger, spawn_replica
 from plitzi_jobs_mysql.url import parse_mysql_url
+from tests.replica import ensure_ledger, read_ledger, spawn_replica
 
 from .conftest import sql
 

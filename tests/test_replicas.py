@@ -1,4 +1,4 @@
-"""Real OS processes sharing one MySQL database: each replica (`plitzi_jobs_mysql.testing.replica`) opens its own
+"""Real OS processes sharing one MySQL database: each replica (`tests.replica`) opens its own
 pool, and the ledger its handler writes says what ran where and when, on the server's clock.
 
 Nothing here sleeps for a fixed time where a condition can be awaited: every wait polls the tables (or a log) with
@@ -23,8 +23,8 @@ import aiomysql
 import pytest
 
 from plitzi_jobs_mysql import JobInput, ScheduleInput, create_mysql_job_queue, schedule_job_id
-from plitzi_jobs_mysql.testing.replica import LedgerRow, read_ledger, spawn_replica
 from plitzi_jobs_mysql.url import parse_mysql_url
+from tests.replica import LedgerRow, read_ledger, spawn_replica
 
 from .conftest import sql
 

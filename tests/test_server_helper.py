@@ -21,6 +21,7 @@ from plitzi_jobs_mysql.testing.server import (
     mysql_server_url,
 )
 from plitzi_jobs_mysql.url import MysqlUrl, parse_mysql_url
+from tests.servers import CrashableServer
 
 DEFAULT_LOCAL_URL = "mysql://root@127.0.0.1:3306"
 
@@ -191,7 +192,7 @@ def existing_server_url() -> Iterator[str]:
 
 
 def test_local_server_lifecycle() -> None:
-    server = LocalMysqlServer()
+    server = CrashableServer()
     try:
         started = time.monotonic()
         server.start()

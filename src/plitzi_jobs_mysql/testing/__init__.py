@@ -9,8 +9,7 @@
 
 `mysql_server_url()` yields a root URL of a server: `PLITZI_MYSQL_URL` if set, else a testcontainers MySQL
 container where a Docker daemon answers, else a local `mysqld`/`mariadbd` started in a temporary directory.
-The contract suites need pytest; they are imported on first use, so the server helper and the replica program
-work without it.
+The contract suites need pytest; they are imported on first use, so the server helper works without it.
 """
 
 from typing import TYPE_CHECKING, Any

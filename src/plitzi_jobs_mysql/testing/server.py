@@ -17,25 +17,33 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import importlib.util
 import logging
 import os
-import re
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pymysql
 
-from plitzi_jobs_mysql.url import MysqlUrl, parse_mysql_url
+from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .databases import fresh_database
+from .docker import DOCKER_IMAGE, docker_available, docker_mysql_url
+from .host import (
+    SEARCH_DIRS,
+    find_server_binary,
+    free_port,
+    is_mariadb_binary,
+    log_tail,
+    port_open,
+    sibling_binary,
+    stop_process,
+)
+from .timezones import load_time_zones
 
 __all__ = [
     "ENV_URL",
@@ -50,10 +58,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 ENV_URL = "PLITZI_MYSQL_URL"
-DOCKER_IMAGE = "mysql:8.4"
-SEARCH_DIRS = ("/usr/sbin", "/usr/libexec", "/usr/local/mysql/bin", "/usr/local/sbin", "/usr/bin")
-SERVER_NAMES = ("mariadbd", "mysqld")
-_TZ_LOCK = "plitzi_jobs_mysql.load_time_zones"
 _HOW_TO_GET_ONE = (
     "no MySQL server available for the tests. Do one of: "
     f"(1) set {ENV_URL}=mysql://root:password@127.0.0.1:3306 to use a running server; "
@@ -62,246 +66,6 @@ _HOW_TO_GET_ONE = (
     "Fedora: dnf install mariadb-server; macOS: brew install mariadb) so that mariadbd or mysqld is on PATH "
     "or in /usr/sbin."
 )
-
-
-# --------------------------------------------------------------------------------------------------------
-# Finding binaries
-
-
-def _find_binary(names: tuple[str, ...], extra_dirs: tuple[str, ...] = SEARCH_DIRS) -> str | None:
-    for name in names:
-        found = shutil.which(name)
-        if found:
-            return found
-        for directory in extra_dirs:
-            candidate = os.path.join(directory, name)
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate
-    return None
-
-
-def find_server_binary() -> str | None:
-    """The path of a local ``mariadbd`` or ``mysqld``, or ``None``."""
-    return _find_binary(SERVER_NAMES)
-
-
-def _sibling_or_path(server_binary: str, names: tuple[str, ...]) -> str | None:
-    """A helper tool next to the server binary, in its ``../bin``, or on PATH."""
-    server_dir = os.path.dirname(os.path.realpath(server_binary))
-    dirs = (
-        os.path.dirname(server_binary),
-        server_dir,
-        os.path.join(os.path.dirname(server_dir), "bin"),
-        os.path.join(os.path.dirname(server_dir), "scripts"),
-    )
-    for name in names:
-        for directory in dirs:
-            candidate = os.path.join(directory, name)
-            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-                return candidate
-    return _find_binary(names)
-
-
-def _tail(path: str | os.PathLike[str], lines: int = 25) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 16384))
-            data = fh.read().decode("utf-8", errors="replace")
-    except OSError as exc:
-        return f"(could not read {path}: {exc})"
-    return "\n".join(data.splitlines()[-lines:])
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _port_open(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
-# --------------------------------------------------------------------------------------------------------
-# Time zones
-
-
-def _zoneinfo_dir() -> str | None:
-    for candidate in (os.environ.get("TZDIR"), "/usr/share/zoneinfo", "/usr/lib/zoneinfo"):
-        if candidate and os.path.isfile(os.path.join(candidate, "Europe", "Berlin")):
-            return candidate
-    # The tzdata wheel (a dependency of the package) ships a compiled zoneinfo tree.
-    spec = importlib.util.find_spec("tzdata")
-    for location in (spec.submodule_search_locations or []) if spec is not None else []:
-        candidate = os.path.join(location, "zoneinfo")
-        if os.path.isfile(os.path.join(candidate, "Europe", "Berlin")):
-            return candidate
-    return None
-
-
-def _tzinfo_sql(is_mariadb: bool) -> str:
-    names = ("mariadb-tzinfo-to-sql", "mysql_tzinfo_to_sql")
-    if not is_mariadb:
-        names = ("mysql_tzinfo_to_sql", "mariadb-tzinfo-to-sql")
-    tool = _find_binary(names)
-    if tool is None:
-        raise RuntimeError(
-            "cannot load the time-zone tables: neither mariadb-tzinfo-to-sql nor mysql_tzinfo_to_sql is "
-            "installed (install mariadb-server or mysql-server, or load them yourself with "
-            "'mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb mysql')"
-        )
-    zoneinfo = _zoneinfo_dir()
-    if zoneinfo is None:
-        raise RuntimeError(
-            "cannot load the time-zone tables: no zoneinfo directory (install the tzdata package)"
-        )
-    result = subprocess.run(
-        [tool, zoneinfo], capture_output=True, check=False, timeout=120, stdin=subprocess.DEVNULL
-    )
-    if result.returncode != 0:
-        raise RuntimeError(
-            f"{tool} {zoneinfo} failed with exit code {result.returncode}: "
-            + result.stderr.decode("utf-8", errors="replace")[-2000:]
-        )
-    return result.stdout.decode("utf-8", errors="replace")
-
-
-def _sql_batches(script: str, max_bytes: int = 1 << 20) -> Iterator[str]:
-    """Split a tzinfo script at statement ends (';' at the end of a line) into batches below max_bytes."""
-    batch: list[str] = []
-    size = 0
-    for statement in re.split(r";[ \t]*\n", script):
-        statement = statement.strip()
-        if not statement:
-            continue
-        if batch and size + len(statement) > max_bytes:
-            yield ";\n".join(batch)
-            batch, size = [], 0
-        batch.append(statement)
-        size += len(statement) + 2
-    if batch:
-        yield ";\n".join(batch)
-
-
-def _connect(url: MysqlUrl | str, **extra: Any) -> pymysql.connections.Connection[Any]:
-    parsed = parse_mysql_url(url) if isinstance(url, str) else url
-    kwargs = parsed.pymysql_kwargs()
-    kwargs.setdefault("connect_timeout", 10)
-    kwargs["autocommit"] = True
-    kwargs.update(extra)
-    return pymysql.connect(**kwargs)
-
-
-def _zone_count(cursor: Any) -> int:
-    cursor.execute("SELECT COUNT(*) FROM mysql.time_zone_name")
-    row = cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
-def load_time_zones(url: str) -> None:
-    """Fill the zone tables of the server ``url`` names when ``mysql.time_zone_name`` is empty.
-
-    Quick (one query) when they are already loaded; concurrent callers on one server are serialised with
-    ``GET_LOCK``, so the tables are loaded once.
-    """
-    parsed = parse_mysql_url(url)
-    conn = _connect(parsed, database="mysql", client_flag=pymysql.constants.CLIENT.MULTI_STATEMENTS)
-    try:
-        with conn.cursor() as cur:
-            if _zone_count(cur) > 0:
-                return
-            cur.execute("SELECT GET_LOCK(%s, 300)", (_TZ_LOCK,))
-            row = cur.fetchone()
-            if not row or row[0] != 1:
-                raise RuntimeError("timed out waiting for another process loading the time-zone tables")
-            try:
-                if _zone_count(cur) > 0:
-                    return
-                cur.execute("SELECT VERSION()")
-                version_row = cur.fetchone()
-                version = str(version_row[0]) if version_row else ""
-                started = time.monotonic()
-                script = _tzinfo_sql(is_mariadb="mariadb" in version.lower())
-                logger.info("loading time-zone tables into %s", parsed.render(hide_password=True))
-                for batch in _sql_batches(script):
-                    cur.execute(batch)
-                    while cur.nextset():
-                        pass
-                count = _zone_count(cur)
-                logger.info("loaded %d time-zone names in %.1f s", count, time.monotonic() - started)
-                if count == 0:
-                    raise RuntimeError("loading the time-zone tables left mysql.time_zone_name empty")
-            finally:
-                cur.execute("SELECT RELEASE_LOCK(%s)", (_TZ_LOCK,))
-                cur.fetchall()
-    finally:
-        conn.close()
-
-
-# --------------------------------------------------------------------------------------------------------
-# Fresh databases
-
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9_]{1,40}$")
-
-
-@contextlib.contextmanager
-def fresh_database(url: str, prefix: str = "pjm_test") -> Iterator[str]:
-    """Create a uniquely named ``utf8mb4_bin`` database on the server ``url`` names, yield its URL, drop it.
-
-    The yielded URL is ``url`` with its database part replaced (rendered as ``mysql://…``).
-    """
-    if not _PREFIX_RE.match(prefix):
-        raise ValueError("prefix must be 1-40 letters, digits or underscores")
-    parsed = parse_mysql_url(url)
-    name = f"{prefix}_{os.getpid()}_{secrets.token_hex(4)}"
-    conn = _connect(parsed.with_database(None))
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-    finally:
-        conn.close()
-    logger.debug("created database %s", name)
-    try:
-        yield parsed.with_database(name).render(hide_password=False)
-    finally:
-        _drop_database(parsed.with_database(None), name)
-
-
-def _drop_database(server: MysqlUrl, name: str) -> None:
-    try:
-        conn = _connect(server)
-    except pymysql.err.OperationalError as exc:
-        logger.warning("could not connect to drop database %s (server gone?): %s", name, exc)
-        return
-    try:
-        with conn.cursor() as cur:
-            # A connection left inside a transaction holds metadata locks that would make DROP wait for
-            # a year; wait briefly, then end the sessions still using the database and try again.
-            cur.execute("SET SESSION lock_wait_timeout = 2")
-            for attempt in range(3):
-                try:
-                    cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
-                    logger.debug("dropped database %s", name)
-                    return
-                except pymysql.err.OperationalError as exc:
-                    if attempt == 2:
-                        raise
-                    logger.warning("DROP DATABASE %s waited too long (%s); ending its sessions", name, exc)
-                    cur.execute(
-                        "SELECT ID FROM information_schema.PROCESSLIST"
-                        " WHERE DB = %s AND ID <> CONNECTION_ID()",
-                        (name,),
-                    )
-                    for (thread_id,) in cur.fetchall():
-                        with contextlib.suppress(pymysql.err.MySQLError):
-                            cur.execute(f"KILL {int(thread_id)}")
-    finally:
-        conn.close()
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -326,10 +90,9 @@ class LocalMysqlServer:
     """A private ``mariadbd`` / ``mysqld`` in a temporary directory, on a free loopback port.
 
     ``start()`` initialises the data directory the first time (root with no password over TCP), starts the
-    server, waits until it accepts connections and loads the time-zone tables. ``restart()`` stops it and
-    starts it again on the same port and data. ``stop()`` ends the process (SIGTERM, then SIGKILL after
-    ``stop_timeout``) and removes the temporary directory; ``stop(keep_data=True)`` keeps both, so a later
-    ``start()`` brings the same server back. ``kill()`` simulates a crash (SIGKILL, data kept).
+    server, waits until it accepts connections and loads the time-zone tables. ``stop()`` ends the process
+    (SIGTERM, then SIGKILL after ``stop_timeout``) and removes the temporary directory; ``stop(keep_data=True)``
+    keeps both, so a later ``start()`` brings the same server back on the same port.
 
     Usable as a context manager (``with LocalMysqlServer() as server: server.url``).
     """
@@ -407,13 +170,7 @@ class LocalMysqlServer:
     @property
     def is_mariadb(self) -> bool:
         if self._is_mariadb is None:
-            try:
-                out = subprocess.run(
-                    [self.binary, "--version"], capture_output=True, timeout=30, check=False
-                ).stdout.decode("utf-8", errors="replace")
-            except (OSError, subprocess.SubprocessError):
-                out = ""
-            self._is_mariadb = "mariadb" in out.lower() or "mariadbd" in os.path.basename(self.binary)
+            self._is_mariadb = is_mariadb_binary(self.binary)
         return self._is_mariadb
 
     def __repr__(self) -> str:
@@ -435,7 +192,7 @@ class LocalMysqlServer:
             if self.running:
                 return
             started = time.monotonic()
-            if self._port is not None and self._port_fixed and _port_open(self._port):
+            if self._port is not None and self._port_fixed and port_open(self._port):
                 raise RuntimeError(
                     f"port {self._port} on 127.0.0.1 is already in use; cannot start the server"
                 )
@@ -447,7 +204,7 @@ class LocalMysqlServer:
             fresh = not self._initialised
             try:
                 if self._port is None:
-                    self._port = _free_port()
+                    self._port = free_port()
                 if not self._initialised:
                     self._initialise()
                     self._initialised = True
@@ -462,7 +219,7 @@ class LocalMysqlServer:
                         if self._requested_port is not None or self._port_fixed or attempt == 2:
                             raise
                         logger.info("port %d was taken meanwhile; trying another", self.port)
-                        self._port = _free_port()
+                        self._port = free_port()
                 self._port_fixed = True
                 if self.load_tz and not self._tz_loaded:
                     load_time_zones(self.url)
@@ -494,25 +251,6 @@ class LocalMysqlServer:
             if not keep_data:
                 self._remove_dir()
 
-    def kill(self) -> None:
-        """SIGKILL the server, as a crash would; the data directory is kept for ``start()``."""
-        with self._lock:
-            proc = self._proc
-            if proc is None:
-                return
-            if proc.poll() is None:
-                logger.info("killing the local server (pid %d)", proc.pid)
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGKILL)
-                proc.wait()
-            self._proc = None
-
-    def restart(self) -> None:
-        """Stop the server and start it again on the same port and data directory."""
-        with self._lock:
-            self.stop(keep_data=True)
-            self.start()
-
     # -- internals ---------------------------------------------------------------------------------------
 
     def _user_args(self) -> list[str]:
@@ -523,7 +261,7 @@ class LocalMysqlServer:
         log_path = self.base_dir / "initialise.log"
         started = time.monotonic()
         if self.is_mariadb:
-            install_db = _sibling_or_path(self.binary, ("mariadb-install-db", "mysql_install_db"))
+            install_db = sibling_binary(self.binary, ("mariadb-install-db", "mysql_install_db"))
             if install_db is None:
                 raise RuntimeError("mariadb-install-db not found next to " + self.binary + " or on PATH")
             cmd = [
@@ -556,12 +294,12 @@ class LocalMysqlServer:
                 )
             except subprocess.TimeoutExpired:
                 raise RuntimeError(
-                    f"initialising the data directory timed out: {' '.join(cmd)}\n{_tail(log_path)}"
+                    f"initialising the data directory timed out: {' '.join(cmd)}\n{log_tail(log_path)}"
                 ) from None
         if result.returncode != 0:
             raise RuntimeError(
                 f"initialising the data directory failed (exit code {result.returncode}): {' '.join(cmd)}\n"
-                + _tail(log_path)
+                + log_tail(log_path)
             )
         logger.debug("initialised in %.1f s", time.monotonic() - started)
 
@@ -591,9 +329,9 @@ class LocalMysqlServer:
 
     def _spawn(self) -> None:
         (self.base_dir / "tmp").mkdir(exist_ok=True)
-        if _port_open(self.port):
+        if port_open(self.port):
             if self._requested_port is None and not self._port_fixed:
-                self._port = _free_port()
+                self._port = free_port()
             else:
                 raise RuntimeError(
                     f"port {self.port} on 127.0.0.1 is already in use; cannot start the server"
@@ -619,7 +357,7 @@ class LocalMysqlServer:
         while True:
             code = proc.poll()
             if code is not None:
-                if "Bind on TCP/IP port" in _tail(self.error_log, 10):
+                if "Bind on TCP/IP port" in log_tail(self.error_log, 10):
                     raise _PortTaken(f"port {self.port} on 127.0.0.1 is already in use; {self._logs_tail()}")
                 raise RuntimeError(
                     f"the local server exited with code {code} while starting; {self._logs_tail()}"
@@ -642,11 +380,11 @@ class LocalMysqlServer:
             delay = min(delay * 1.5, 0.25)
 
     def _logs_tail(self) -> str:
-        text = f"its error log ({self.error_log}) ends with:\n{_tail(self.error_log)}"
+        text = f"its error log ({self.error_log}) ends with:\n{log_tail(self.error_log)}"
         console = self.base_dir / "stdout.log"
         with contextlib.suppress(OSError):
             if console.stat().st_size > 0:
-                text += f"\nand its console output ({console}) with:\n{_tail(console, 10)}"
+                text += f"\nand its console output ({console}) with:\n{log_tail(console, 10)}"
         return text
 
     def _terminate(self) -> None:
@@ -654,21 +392,7 @@ class LocalMysqlServer:
         if proc is None:
             return
         try:
-            if proc.poll() is None:
-                logger.info("stopping the local server (pid %d)", proc.pid)
-                with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    logger.warning(
-                        "the local server (pid %d) ignored SIGTERM for %.0f s; killing it",
-                        proc.pid,
-                        self.stop_timeout,
-                    )
-                    with contextlib.suppress(ProcessLookupError):
-                        proc.send_signal(signal.SIGKILL)
-                    proc.wait()
+            stop_process(proc, self.stop_timeout, "the local server")
         finally:
             self._proc = None
 
@@ -686,68 +410,6 @@ class LocalMysqlServer:
 
 
 # --------------------------------------------------------------------------------------------------------
-# Docker
-
-
-def docker_available(timeout: float = 5.0) -> bool:
-    """Whether a Docker daemon answers (``docker info``, else the docker SDK's ping). Never raises."""
-    cli = shutil.which("docker")
-    if cli is not None:
-        try:
-            result = subprocess.run(
-                [cli, "info", "--format", "{{.ServerVersion}}"],
-                capture_output=True,
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return False
-        return result.returncode == 0 and bool(result.stdout.strip())
-    try:
-        import docker  # type: ignore[import-untyped, import-not-found, unused-ignore]
-    except ImportError:
-        return False
-    try:
-        client = docker.from_env(timeout=int(max(1, timeout)))
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:
-        return False
-
-
-@contextlib.contextmanager
-def _docker_mysql_url() -> Iterator[str]:
-    try:
-        from testcontainers.community.mysql import MySqlContainer
-    except ImportError:
-        try:
-            from testcontainers.mysql import MySqlContainer
-        except ImportError as exc:
-            raise RuntimeError(
-                "a Docker daemon answers but testcontainers[mysql] is not installed "
-                "(pip install 'plitzi_jobs_mysql[testing]'); " + _HOW_TO_GET_ONE
-            ) from exc
-    password = secrets.token_hex(12)
-    container = MySqlContainer(
-        DOCKER_IMAGE, username="root", password=password, root_password=password, dbname="test"
-    )
-    container.with_command(
-        "--character-set-server=utf8mb4 --collation-server=utf8mb4_0900_ai_ci --max-allowed-packet=64M"
-    )
-    logger.info("starting a %s container", DOCKER_IMAGE)
-    started = time.monotonic()
-    with container:
-        host = container.get_container_host_ip()
-        port = int(container.get_exposed_port(3306))
-        url = MysqlUrl(host=host, port=port, user="root", password=password).render(hide_password=False)
-        logger.info("%s ready at %s:%d in %.1f s", DOCKER_IMAGE, host, port, time.monotonic() - started)
-        yield url
-
-
-# --------------------------------------------------------------------------------------------------------
 # The entry point
 
 
@@ -761,7 +423,7 @@ def mysql_server_url() -> Iterator[str]:
         yield env_url
         return
     if docker_available():
-        with _docker_mysql_url() as url:
+        with docker_mysql_url(_HOW_TO_GET_ONE) as url:
             yield url
         return
     if find_server_binary() is not None:

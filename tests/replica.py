@@ -1,6 +1,6 @@
 """One replica process of a deployment, for tests, soak runs and the demo.
 
-    python -m plitzi_jobs_mysql.testing.replica --url mysql://root@127.0.0.1:3306/db [options]
+    python -m tests.replica --url mysql://root@127.0.0.1:3306/db [options]
 
 It opens ITS OWN aiomysql pool (``charset=utf8mb4``, ``autocommit=True``), builds `create_action_jobs` over
 `create_mysql_job_queue` (and `create_mysql_kv` with ``--kv``), installs `close_on_signals` (SIGTERM/SIGINT:
@@ -62,17 +62,18 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import IO, Any, Final
 
-from ..jobs import create_action_jobs
-from ..mysql.kv import create_mysql_kv
-from ..mysql.queue import MysqlJobQueue
-from ..mysql.schema import check_prefix
-from ..records import Job, JobInput
-from ..schedules import ActionEntry, ScheduleTrigger
-from ..signals import close_on_signals
-from ..url import parse_mysql_url
-from ..worker import JobHandler, PermanentFailure, RetryLater
+from plitzi_jobs_mysql.jobs import create_action_jobs
+from plitzi_jobs_mysql.mysql.kv import create_mysql_kv
+from plitzi_jobs_mysql.mysql.queue import MysqlJobQueue
+from plitzi_jobs_mysql.mysql.schema import check_prefix
+from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.schedules import ActionEntry, ScheduleTrigger
+from plitzi_jobs_mysql.signals import close_on_signals
+from plitzi_jobs_mysql.url import parse_mysql_url
+from plitzi_jobs_mysql.worker import JobHandler, PermanentFailure, RetryLater
 
 __all__ = [
     "LEDGER_DDL",
@@ -87,6 +88,8 @@ __all__ = [
 logger = logging.getLogger("plitzi_jobs_mysql.replica")
 
 ENV_URL: Final = "PLITZI_MYSQL_URL"
+# The checkout this program lives in: `python -m tests.replica` is found from there whatever the caller's cwd.
+CHECKOUT: Final = Path(__file__).resolve().parents[1]
 
 LEDGER_DDL: Final = """CREATE TABLE IF NOT EXISTS `{prefix}ledger` (
   `id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
@@ -194,7 +197,7 @@ def read_ledger(url: str, prefix: str = "") -> list[LedgerRow]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m plitzi_jobs_mysql.testing.replica",
+        prog="python -m tests.replica",
         description="One replica of a deployment: scheduler and worker over a MySQL queue, handlers writing a ledger.",
     )
     parser.add_argument("--url", default=os.environ.get(ENV_URL, ""), help=f"database URL (else ${ENV_URL})")
@@ -226,7 +229,7 @@ def replica_command(url: str, **options: Any) -> list[str]:
     """The command line of a replica: ``options`` are the flags by their dest name (``lease_ms=2000``,
     ``produce=False``, ``kv=True``, ``spaces=[1, 2]``, ``schedule={"digest": "* * * * *"}``)."""
     flags = _option_flags()
-    command = [sys.executable, "-m", "plitzi_jobs_mysql.testing.replica", "--url", url]
+    command = [sys.executable, "-m", "tests.replica", "--url", url]
     for name, value in options.items():
         action = flags.get(name)
         if action is None or name == "url":
@@ -260,6 +263,8 @@ def spawn_replica(
     """Starts a replica process (its own session, so a ^C in the terminal reaches only its parent, which then
     stops it). Its stderr is appended to ``log_path`` when given, else inherited. See `replica_command`."""
     command = replica_command(url, **options)
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p)
     stderr: IO[bytes] | None = open(log_path, "ab") if log_path is not None else None
     try:
         return subprocess.Popen(
