@@ -29,8 +29,7 @@ import pymysql
 from .migrations import sql_script
 from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
 from .mysql.schema import check_prefix, mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
-from .mysql.statements import NOW_MS
-from .records import JOB_STATUSES, TERMINAL_STATUSES, Job, Schedule
+from .records import TERMINAL_STATUSES, Job, JobStatus, Schedule
 from .url import MysqlUrl, parse_mysql_url
 
 __all__ = ["main"]
@@ -38,7 +37,7 @@ __all__ = ["main"]
 PROG = "plitzi-jobs-mysql"
 ENV_URL = "PLITZI_MYSQL_URL"
 CONNECT_TIMEOUT_S = 10
-STATUS_ORDER = ("pending", "running", "succeeded", "failed", "dead", "cancelled")
+STATUS_ORDER = tuple(status.value for status in JobStatus)
 # Server errors that mean "cannot get there" rather than "the SQL was wrong".
 UNREACHABLE = frozenset({2002, 2003, 2005, 2006, 2013})
 ER_ACCESS_DENIED = 1045
@@ -361,63 +360,29 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    url = _url(args)
-    prefix = _prefix(args)
     spaces: list[int] | None = args.space
-    jobs = table_names(prefix).jobs
-    # One read-only statement; `now` is the SERVER's clock (UTC arithmetic, so no session time zone shifts it).
-    join = "1 = 1" if not spaces else "j.space_id IN (" + ", ".join(["%s"] * len(spaces)) + ")"
-    sql = (
-        "SELECT j.status, COUNT(j.status),"
-        " SUM(j.status = 'pending' AND j.run_at <= c.now_ms),"
-        " MIN(CASE WHEN j.status = 'pending' AND j.run_at <= c.now_ms THEN j.run_at END),"
-        " SUM(j.status = 'running' AND j.lease_until < c.now_ms),"
-        " c.now_ms"
-        f" FROM (SELECT {NOW_MS} AS now_ms) AS c LEFT JOIN `{jobs}` AS j ON {join}"
-        " GROUP BY j.status, c.now_ms"
-    )
-    conn = _connect(url, prefix)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, spaces or None)
-            rows = list(cur.fetchall())
-    except pymysql.err.MySQLError as error:
-        raise _explain(error, url, prefix) from None
-    finally:
-        conn.close()
-
-    counts = {status: 0 for status in STATUS_ORDER}
-    now = int(rows[0][5])
-    due = lapsed = 0
-    oldest: int | None = None
-    for status, count, due_here, oldest_here, lapsed_here, _now in rows:
-        if status is None:
-            continue  # the row of an empty selection
-        counts[status.decode() if isinstance(status, bytes) else str(status)] = int(count)
-        due += int(due_here or 0)
-        lapsed += int(lapsed_here or 0)
-        if oldest_here is not None:
-            oldest = int(oldest_here) if oldest is None else min(oldest, int(oldest_here))
-    age = None if oldest is None else (now - oldest) / 1000
+    stats = _run_queue(args, lambda q: q.stats(space_ids=spaces))
+    age = None if stats.oldest_due_run_at is None else (stats.now - stats.oldest_due_run_at) / 1000
     result = {
         "spaces": spaces,
-        "now": now,
-        "counts": counts,
-        "total": sum(counts.values()),
-        "pending_due": due,
-        "oldest_due_run_at": oldest,
+        "now": stats.now,
+        "counts": stats.counts,
+        "total": stats.total,
+        "pending_due": stats.pending_due,
+        "oldest_due_run_at": stats.oldest_due_run_at,
         "oldest_due_age_seconds": age,
-        "running_lease_lapsed": lapsed,
+        "running_lease_lapsed": stats.running_lease_lapsed,
     }
     if args.json:
         _print_json(result)
         return 0
     scope = "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
-    print(f"jobs in `{jobs}`, {scope}, at {_when(now)} (server clock)\n")
-    print(_table(("STATUS", "JOBS"), [*counts.items(), ("total", result["total"])]))
-    print(f"\ndue pending jobs: {due}")
-    print("oldest due job: " + ("none" if age is None else f"{age:.3f} s overdue (run at {_when(oldest)})"))
-    print(f"running jobs whose lease lapsed: {lapsed}")
+    print(f"jobs in `{table_names(_prefix(args)).jobs}`, {scope}, at {_when(stats.now)} (server clock)\n")
+    print(_table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
+    print(f"\ndue pending jobs: {stats.pending_due}")
+    overdue = "none" if age is None else f"{age:.3f} s overdue (run at {_when(stats.oldest_due_run_at)})"
+    print("oldest due job: " + overdue)
+    print(f"running jobs whose lease lapsed: {stats.running_lease_lapsed}")
     return 0
 
 
@@ -506,5 +471,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-assert JOB_STATUSES == frozenset(STATUS_ORDER)  # the CLI's order covers every status

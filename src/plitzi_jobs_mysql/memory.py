@@ -26,6 +26,8 @@ from .records import (
     Job,
     JobInput,
     JobPage,
+    JobStatus,
+    QueueStats,
     Schedule,
     ScheduleInput,
 )
@@ -296,6 +298,24 @@ class _MemoryJobQueue:
         ]
         matching.sort(key=lambda r: (r.job.updated_at, r.seq), reverse=True)
         return JobPage(jobs=[self._snapshot(r) for r in matching[offset : offset + limit]], total=len(matching))
+
+    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
+        spaces = None if space_ids is None else check.space_ids(space_ids)
+        now = self._now()
+        jobs = [r.job for r in self._jobs.values() if spaces is None or r.job.space_id in spaces]
+        counts = {status.value: 0 for status in JobStatus}
+        for job in jobs:
+            counts[job.status] += 1
+        due = [job.run_at for job in jobs if job.status == JobStatus.PENDING and job.run_at <= now]
+        running = [job.lease_until for job in jobs if job.status == JobStatus.RUNNING]
+        lapsed = [until for until in running if until is not None and until < now]
+        return QueueStats(
+            now=now,
+            counts=counts,
+            pending_due=len(due),
+            oldest_due_run_at=min(due, default=None),
+            running_lease_lapsed=len(lapsed),
+        )
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)

@@ -4,14 +4,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Final
 
-#: A job in one of these never runs again unless an operator requeues it.
-TERMINAL_STATUSES: Final = frozenset({"succeeded", "failed", "dead", "cancelled"})
-JOB_STATUSES: Final = frozenset({"pending", "running"}) | TERMINAL_STATUSES
-ATTEMPT_STATUSES: Final = frozenset({"succeeded", "failed", "cancelled", "lost"})
+
+class JobStatus(StrEnum):
+    """A job's status, in the order a job goes through them (the CLI lists them in this order)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """A job in a terminal status never runs again unless an operator requeues it."""
+        return self not in (JobStatus.PENDING, JobStatus.RUNNING)
+
+
+class AttemptStatus(StrEnum):
+    """How one attempt in a job's history ended (``lost``: its lease lapsed and another claim took the job)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+# The sets hold the plain strings, so messages and comparisons read as the values the records carry.
+JOB_STATUSES: Final = frozenset(status.value for status in JobStatus)
+TERMINAL_STATUSES: Final = frozenset(status.value for status in JobStatus if status.terminal)
+ATTEMPT_STATUSES: Final = frozenset(status.value for status in AttemptStatus)
 #: What a worker may settle a job as: back to the queue, or one of the ends.
-SETTLE_STATUSES: Final = frozenset({"pending"}) | TERMINAL_STATUSES
+SETTLE_STATUSES: Final = frozenset({JobStatus.PENDING.value}) | TERMINAL_STATUSES
 #: The error of a `lost` attempt: its lease lapsed and another claim took the job.
 LOST_ERROR: Final = "the worker holding this job stopped reporting"
 
@@ -103,3 +130,18 @@ class SweepResult:
     enqueued: list[str]
     duplicates: list[str]
     missed: list[MissedFires]
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueStats:
+    """An operator's view of a queue at one instant of the store's clock."""
+
+    now: int
+    counts: dict[str, int]  # every status, in `JobStatus` order, 0 where none
+    pending_due: int  # pending jobs whose run_at has come
+    oldest_due_run_at: int | None
+    running_lease_lapsed: int  # running jobs whose worker stopped renewing the lease
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

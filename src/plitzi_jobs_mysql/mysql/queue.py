@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import random
 from collections.abc import Sequence
@@ -14,7 +13,18 @@ import pymysql
 
 from .. import validation as check
 from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
-from ..records import LOST_ERROR, Attempt, AttemptOutcome, Job, JobInput, JobPage, Schedule, ScheduleInput
+from ..records import (
+    LOST_ERROR,
+    AttemptOutcome,
+    Job,
+    JobInput,
+    JobPage,
+    JobStatus,
+    QueueStats,
+    Schedule,
+    ScheduleInput,
+)
+from .rows import job_columns, job_from_columns, job_from_row, schedule_from_row
 from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
@@ -28,73 +38,6 @@ PURGE_BATCH = 1000
 # loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
 # over the same few rows. The spread relaxes again once claims stop colliding.
 MAX_SPREAD = 64
-
-
-SEQ, RUN_AT = 0, 12  # positions in JOB_COLUMNS
-
-
-def _optional_text(value: Any) -> str | None:
-    return None if value is None else as_text(value)
-
-
-def _attempt(entry: dict[str, Any]) -> Attempt:
-    return Attempt(
-        attempt=int(entry["attempt"]),
-        status=str(entry["status"]),
-        started_at=int(entry.get("started_at") or 0),
-        ended_at=int(entry["ended_at"]),
-        worker_id=str(entry["worker_id"]),
-        run_id=entry.get("run_id"),
-        error=entry.get("error"),
-    )
-
-
-def _job(row: Sequence[Any]) -> Job:
-    (
-        _seq, id_, space_id, action_id, environment, trigger, input_, due_at, max_attempts, missed, key, status,
-        run_at, attempts, created_at, updated_at, history, lease_until, worker_id, run_id, cancel_requested, error,
-    ) = row
-    return Job(
-        id=as_text(id_),
-        space_id=int(space_id),
-        action_id=as_text(action_id),
-        environment=as_text(environment),
-        trigger=as_text(trigger),
-        input=json.loads(input_),
-        due_at=int(due_at),
-        max_attempts=int(max_attempts),
-        missed=None if missed is None else int(missed),
-        key=_optional_text(key),
-        status=as_text(status),
-        run_at=int(run_at),
-        attempts=int(attempts),
-        created_at=int(created_at),
-        updated_at=int(updated_at),
-        history=tuple(_attempt(entry) for entry in json.loads(history)),
-        lease_until=None if lease_until is None else int(lease_until),
-        worker_id=_optional_text(worker_id),
-        run_id=_optional_text(run_id),
-        cancel_requested=bool(cancel_requested),
-        error=None if error is None else str(error),
-    )
-
-
-def _schedule(row: Sequence[Any]) -> Schedule:
-    (space_id, action_id, cron, timezone, environment, enabled, next_run_at, max_attempts, missed, updated_at,
-     last_fire_at) = row
-    return Schedule(
-        space_id=int(space_id),
-        action_id=as_text(action_id),
-        cron=as_text(cron),
-        timezone=_optional_text(timezone),
-        environment=as_text(environment),
-        enabled=bool(enabled),
-        next_run_at=int(next_run_at),
-        max_attempts=int(max_attempts),
-        missed=int(missed),
-        updated_at=int(updated_at),
-        last_fire_at=None if last_fire_at is None else int(last_fire_at),
-    )
 
 
 def _batches(rows: list[tuple[JobInput, str]]) -> list[list[tuple[JobInput, str]]]:
@@ -262,7 +205,8 @@ class MysqlJobQueue:
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
         rows = await conn.fetch(self._sql.claimed_jobs, (won, worker_id))
-        return [_job(row) for row in sorted(rows, key=lambda row: (row[RUN_AT], row[SEQ]))]
+        claimed = sorted(map(job_columns, rows), key=lambda c: (c["run_at"], c["seq"]))
+        return [job_from_columns(c) for c in claimed]
 
     def _adapt_spread(self, lost: int) -> None:
         # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window
@@ -349,7 +293,7 @@ class MysqlJobQueue:
             return []
         now = await self._now_ms()
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.due_schedules, (now, limit)))
-        return [_schedule(row) for row in rows]
+        return [schedule_from_row(row) for row in rows]
 
     async def advance_schedule(
         self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
@@ -390,7 +334,7 @@ class MysqlJobQueue:
         if not spaces:
             return []
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.list_schedules, (spaces,)))
-        return [_schedule(row) for row in rows]
+        return [schedule_from_row(row) for row in rows]
 
     # -- an operator's view ---------------------------------------------------------------------------------
 
@@ -419,16 +363,37 @@ class MysqlJobQueue:
         async def page(conn: Connection) -> JobPage:
             rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
             total = await conn.fetch(self._sql.count_jobs.format(where=condition), args)
-            return JobPage(jobs=[_job(row) for row in rows], total=int(total[0][0]))
+            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]))
 
         return await self._store.run(page)
+
+    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
+        spaces = None if space_ids is None else check.space_ids(space_ids)
+        now = await self._now_ms()
+        counts = {status.value: 0 for status in JobStatus}
+        if spaces == []:
+            return QueueStats(now=now, counts=counts, pending_due=0, oldest_due_run_at=None, running_lease_lapsed=0)
+        where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
+        statement = self._sql.job_stats.format(where=where)
+        rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
+        due = lapsed = 0
+        oldest: int | None = None
+        for status, count, due_here, oldest_here, lapsed_here in rows:
+            counts[as_text(status)] = int(count)
+            due += int(due_here or 0)
+            lapsed += int(lapsed_here or 0)
+            if oldest_here is not None:
+                oldest = int(oldest_here) if oldest is None else min(oldest, int(oldest_here))
+        return QueueStats(
+            now=now, counts=counts, pending_due=due, oldest_due_run_at=oldest, running_lease_lapsed=lapsed
+        )
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)
         if not spaces:
             return None
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
-        return _job(rows[0]) if rows else None
+        return job_from_row(rows[0]) if rows else None
 
     async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
         spaces = check.scoped_job(space_ids, job_id)

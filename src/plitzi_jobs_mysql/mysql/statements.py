@@ -16,21 +16,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..records import JobStatus
 from .schema import table_names
 
 #: The server's now in epoch ms, exact in any session time zone (UNIX_TIMESTAMP(NOW(3)) is an hour wrong
 #: inside a daylight-saving fall-back hour).
 NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 
-JOB_COLUMNS = (
-    "seq, id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, missed, `key`, status, "
-    "run_at, attempts, created_at, updated_at, history, lease_until, worker_id, run_id, cancel_requested, error"
+#: The columns a job or schedule is read with; rows.py decodes a row by these names.
+JOB_COLUMN_NAMES = (
+    "seq", "id", "space_id", "action_id", "environment", "trigger", "input", "due_at", "max_attempts", "missed",
+    "key", "status", "run_at", "attempts", "created_at", "updated_at", "history", "lease_until", "worker_id",
+    "run_id", "cancel_requested", "error",
 )
-SCHEDULE_COLUMNS = (
-    "space_id, action_id, cron, timezone, environment, enabled, next_run_at, max_attempts, missed, updated_at, "
-    "last_fire_at"
+SCHEDULE_COLUMN_NAMES = (
+    "space_id", "action_id", "cron", "timezone", "environment", "enabled", "next_run_at", "max_attempts", "missed",
+    "updated_at", "last_fire_at",
 )
-TERMINAL = "('succeeded', 'failed', 'dead', 'cancelled')"
+JOB_COLUMNS = ", ".join(f"`{name}`" for name in JOB_COLUMN_NAMES)
+SCHEDULE_COLUMNS = ", ".join(f"`{name}`" for name in SCHEDULE_COLUMN_NAMES)
+TERMINAL = "(" + ", ".join(f"'{status}'" for status in JobStatus if status.terminal) + ")"
 
 
 
@@ -60,6 +65,7 @@ class Statements:
     get_job: str
     list_jobs: str
     count_jobs: str
+    job_stats: str
     requeue: str
     cancel_pending_job: str
     request_cancel: str
@@ -179,6 +185,12 @@ def statements_for(prefix: str) -> Statements:
         list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
         "LIMIT %s OFFSET %s",
         count_jobs=f"SELECT COUNT(*) FROM {jobs} WHERE {{where}}",
+        # Per status: count, due pending jobs, the oldest due run_at, running jobs whose lease lapsed.
+        job_stats=(
+            f"SELECT status, COUNT(*), SUM(status = 'pending' AND run_at <= %(now)s), "
+            f"MIN(CASE WHEN status = 'pending' AND run_at <= %(now)s THEN run_at END), "
+            f"SUM(status = 'running' AND lease_until < %(now)s) FROM {jobs} WHERE {{where}} GROUP BY status"
+        ),
         requeue=(
             f"UPDATE {jobs} SET status = 'pending', run_at = %(now)s, attempts = 0, worker_id = NULL, "
             "lease_until = NULL, cancel_requested = 0, error = NULL, updated_at = %(now)s "

@@ -1,0 +1,56 @@
+"""`stats()` (what `plitzi-jobs-mysql stats` prints): the MySQL queue and its memory twin answer alike."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from plitzi_jobs_mysql import AttemptOutcome, JobInput, create_memory_job_queue, create_mysql_job_queue
+from tests.conftest import open_pool
+
+
+@pytest.fixture(params=["memory", "mysql"])
+async def queue(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    if request.param == "memory":
+        yield create_memory_job_queue()
+        return
+    pool = await open_pool(request.getfixturevalue("database_url"))
+    try:
+        yield create_mysql_job_queue(pool)
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+def job(id_: str, space: int, due_at: int) -> JobInput:
+    return JobInput(id=id_, space_id=space, action_id="a", environment="main", trigger="t", input={},
+                    due_at=due_at, max_attempts=3)  # fmt: skip
+
+
+async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any) -> None:
+    empty = await queue.stats()
+    assert empty.total == 0 and empty.oldest_due_run_at is None and empty.pending_due == 0
+    assert list(empty.counts) == ["pending", "running", "succeeded", "failed", "dead", "cancelled"]
+
+    now = int((await queue.now()).timestamp() * 1000)
+    for item in (job("due-old", 1, now - 5_000), job("due", 1, now - 1_000), job("later", 1, now + 3_600_000),
+                 job("done", 1, now - 9_000), job("other", 2, now - 60_000)):  # fmt: skip
+        assert await queue.enqueue(item)
+    # Claimed oldest first: "other" (space 2) then "done", which is settled.
+    claimed = await queue.claim(worker_id="w", lease_ms=60_000, limit=2)
+    assert [j.id for j in claimed] == ["other", "done"]
+    await queue.settle(job_id="done", worker_id="w", status="succeeded",
+                       attempt=AttemptOutcome(status="succeeded", worker_id="w"))  # fmt: skip
+
+    stats = await queue.stats()
+    assert stats.counts == {"pending": 3, "running": 1, "succeeded": 1, "failed": 0, "dead": 0, "cancelled": 0}
+    assert stats.total == 5 and stats.pending_due == 2 and stats.running_lease_lapsed == 0
+    assert stats.oldest_due_run_at == now - 5_000 and stats.now >= now
+
+    space_1 = await queue.stats(space_ids=[1])
+    assert space_1.counts["running"] == 0 and space_1.total == 4 and space_1.pending_due == 2
+    assert (await queue.stats(space_ids=[])).total == 0
+    with pytest.raises(TypeError):
+        await queue.stats(space_ids="1")
