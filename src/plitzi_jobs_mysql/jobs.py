@@ -9,13 +9,14 @@ produces at all: a pod dedicated to running jobs sets `produce=False`, a pod ser
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Unpack
 
 from .contract import JobQueue, KvStore
 from .memory import create_memory_job_queue
-from .scheduler import ErrorHandler, Scheduler, create_scheduler
-from .schedules import DEFAULT_MAX_ATTEMPTS, ActionLookups
+from .options import ActionJobsOptions, split_action_jobs_options
+from .scheduler import Scheduler, create_scheduler
+from .schedules import ActionLookups
 from .worker import JobHandler, JobWorker, create_job_worker
 
 logger = logging.getLogger(__name__)
@@ -49,21 +50,14 @@ def create_action_jobs(
     queue: JobQueue | None = None,
     kv: KvStore | None = None,
     produce: bool = True,
-    workers: int = 4,
-    environment: str = "main",
-    schedule_poll_ms: int = 15_000,
-    poll_ms: int = 1_000,
-    lease_ms: int = 30_000,
-    backoff_base_ms: int = 30_000,
-    backoff_max_ms: int = 900_000,
-    batch: int = 200,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    reconcile_ms: int = 900_000,
-    spaces: Sequence[int] | None = None,
-    worker_id: str | None = None,
-    on_error: ErrorHandler | None = None,
+    **options: Unpack[ActionJobsOptions],
 ) -> ActionJobs:
-    """Scheduler and worker over one queue. Built, not started: whoever owns the process calls `start()`."""
+    """Scheduler and worker over one queue. Built, not started: whoever owns the process calls `start()`.
+
+    `options` are the worker's (`WorkerOptions`) and the scheduler's (`SchedulerOptions`, its `poll_ms` named
+    `schedule_poll_ms` here), passed through unchanged.
+    """
+    scheduler_options, worker_options = split_action_jobs_options(options)
     if queue is None:
         # Said out loud because the failure is invisible: everything works, and the nightly email goes out
         # once per replica.
@@ -72,27 +66,6 @@ def create_action_jobs(
             "keeps its own schedules and jobs. Pass a shared queue (create_mysql_job_queue) to run several."
         )
         queue = create_memory_job_queue()
-    scheduler = create_scheduler(
-        queue=queue,
-        lookups=lookups,
-        environment=environment,
-        poll_ms=schedule_poll_ms,
-        batch=batch,
-        max_attempts=max_attempts,
-        reconcile_ms=reconcile_ms,
-        spaces=spaces,
-        on_error=on_error,
-    )
-    worker = create_job_worker(
-        queue=queue,
-        handler=handler,
-        workers=workers,
-        poll_ms=poll_ms,
-        lease_ms=lease_ms,
-        backoff_base_ms=backoff_base_ms,
-        backoff_max_ms=backoff_max_ms,
-        worker_id=worker_id,
-        kv=kv,
-        on_error=on_error,
-    )
+    scheduler = create_scheduler(queue=queue, lookups=lookups, **scheduler_options)
+    worker = create_job_worker(queue=queue, handler=handler, kv=kv, **worker_options)
     return ActionJobs(queue=queue, scheduler=scheduler, worker=worker, produce=produce)

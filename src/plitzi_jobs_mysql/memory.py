@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import validation as check
 from .clock import from_epoch_ms
@@ -49,7 +49,9 @@ class _Row:
 
 
 @dataclass
-class _MemoryJobQueue:
+class MemoryJobQueue:
+    """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
+
     retain_finished: int
     clock: Callable[[], int]
     _jobs: dict[str, _Row] = field(default_factory=dict)
@@ -400,7 +402,9 @@ class _Entry:
 
 
 @dataclass
-class _MemoryKv:
+class MemoryKv:
+    """A `KvStore` in this process's memory. Build it with `create_memory_kv`."""
+
     clock: Callable[[], int]
     _entries: dict[str, _Entry] = field(default_factory=dict)
 
@@ -455,12 +459,17 @@ class _MemoryKv:
         return True
 
 
-def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], int] | None = None) -> JobQueue:
+def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], int] | None = None) -> MemoryJobQueue:
     """The embedded default queue: right for exactly one replica."""
     check.integer("retain_finished", retain_finished, 0, check.INT64_MAX)
-    return _MemoryJobQueue(retain_finished=retain_finished, clock=clock or wall_clock_ms)
+    return MemoryJobQueue(retain_finished=retain_finished, clock=clock or wall_clock_ms)
 
 
-def create_memory_kv(*, clock: Callable[[], int] | None = None) -> KvStore:
+def create_memory_kv(*, clock: Callable[[], int] | None = None) -> MemoryKv:
     """The embedded default key/value store: one process's dict, lifetimes judged by `clock`."""
-    return _MemoryKv(clock=clock or wall_clock_ms)
+    return MemoryKv(clock=clock or wall_clock_ms)
+
+
+if TYPE_CHECKING:  # mypy checks the memory stores keep the contracts' Protocols
+    _queue: JobQueue = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
+    _kv: KvStore = MemoryKv(clock=wall_clock_ms)

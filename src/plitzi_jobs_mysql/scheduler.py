@@ -24,15 +24,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, Unpack
 
-from . import validation as check
 from .clock import from_epoch_ms, to_epoch_ms
 from .contract import JobQueue
 from .cron import cron_fires_between, cron_next_fire
+from .options import SchedulerOptions, SchedulerSettings
 from .records import JobInput, MissedFires, Schedule, SweepResult
-from .schedules import DEFAULT_MAX_ATTEMPTS, ActionLookups, schedule_job_id, schedules_for
+from .schedules import ActionLookups, schedule_job_id, schedules_for
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +40,6 @@ MINUTE_MS: Final = 60_000
 #: Where a schedule is parked when its expression has no next fire at all: four years out, the horizon
 #: `cron_next_fire` searches. Nothing inside it matched, so nothing inside it will.
 PARK_MS: Final = 2_108_160 * MINUTE_MS
-
-ErrorHandler = Callable[[BaseException], None]
 
 
 def _log_error(error: BaseException) -> None:
@@ -51,28 +49,17 @@ def _log_error(error: BaseException) -> None:
 class Scheduler:
     """A leaderless producer: `sweep()` turns due schedules into jobs; `start()` runs it on a timer."""
 
-    def __init__(
-        self,
-        *,
-        queue: JobQueue,
-        lookups: ActionLookups,
-        environment: str,
-        poll_ms: int,
-        batch: int,
-        max_attempts: int,
-        reconcile_ms: int,
-        spaces: Sequence[int] | None,
-        on_error: ErrorHandler,
-    ) -> None:
+    def __init__(self, *, queue: JobQueue, lookups: ActionLookups, **options: Unpack[SchedulerOptions]) -> None:
+        settings = SchedulerSettings(**options)
         self.queue = queue
         self.lookups = lookups
-        self.environment = environment
-        self.poll_ms = poll_ms
-        self.batch = batch
-        self.max_attempts = max_attempts
-        self.reconcile_ms = reconcile_ms
-        self.spaces = list(spaces) if spaces is not None else None
-        self.on_error = on_error
+        self.environment = settings.environment
+        self.poll_ms = settings.poll_ms
+        self.batch = settings.batch
+        self.max_attempts = settings.max_attempts
+        self.reconcile_ms = settings.reconcile_ms
+        self.spaces = None if settings.spaces is None else list(settings.spaces)
+        self.on_error = settings.on_error or _log_error
         self._running = False
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -198,34 +185,6 @@ class Scheduler:
             task.cancel()
 
 
-def create_scheduler(
-    *,
-    queue: JobQueue,
-    lookups: ActionLookups,
-    environment: str = "main",
-    poll_ms: int = 15_000,
-    batch: int = 200,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    reconcile_ms: int = 900_000,
-    spaces: Sequence[int] | None = None,
-    on_error: ErrorHandler | None = None,
-) -> Scheduler:
-    """A leaderless producer of scheduled jobs; every replica may run one."""
-    check.text("environment", environment, check.NAME_MAX_CHARS)
-    check.duration_ms("poll_ms", poll_ms)
-    check.integer("batch", batch, 1, check.MAX_LIMIT)
-    check.integer("max_attempts", max_attempts, 1, check.MAX_INT32)
-    check.duration_ms("reconcile_ms", reconcile_ms)
-    if spaces is not None:
-        spaces = check.space_ids(spaces)
-    return Scheduler(
-        queue=queue,
-        lookups=lookups,
-        environment=environment,
-        poll_ms=poll_ms,
-        batch=batch,
-        max_attempts=max_attempts,
-        reconcile_ms=reconcile_ms,
-        spaces=spaces,
-        on_error=on_error or _log_error,
-    )
+def create_scheduler(*, queue: JobQueue, lookups: ActionLookups, **options: Unpack[SchedulerOptions]) -> Scheduler:
+    """A leaderless producer of scheduled jobs; every replica may run one. Options and defaults: `SchedulerSettings`."""
+    return Scheduler(queue=queue, lookups=lookups, **options)

@@ -17,15 +17,15 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Unpack
 
 from . import validation as check
 from .contract import JobQueue, KvStore
+from .options import WorkerOptions, WorkerSettings
 from .records import AttemptOutcome, Job
 
 logger = logging.getLogger(__name__)
 
-ErrorHandler = Callable[[BaseException], None]
 JobHandler = Callable[[Job], Awaitable[str | None]]
 
 #: Exception text recorded on a job is clipped to this: the store refuses errors over 65,535 characters, and a
@@ -102,29 +102,21 @@ class JobWorker:
     timers."""
 
     def __init__(
-        self,
-        *,
-        queue: JobQueue,
-        handler: JobHandler,
-        workers: int,
-        poll_ms: int,
-        lease_ms: int,
-        backoff_base_ms: int,
-        backoff_max_ms: int,
-        worker_id: str,
-        kv: KvStore | None,
-        on_error: ErrorHandler,
+        self, *, queue: JobQueue, handler: JobHandler, kv: KvStore | None = None, **options: Unpack[WorkerOptions]
     ) -> None:
+        if not callable(handler):
+            raise TypeError("handler must be an async callable taking a Job")
+        settings = WorkerSettings(**options)
         self.queue = queue
         self.handler = handler
-        self.workers = workers
-        self.poll_ms = poll_ms
-        self.lease_ms = lease_ms
-        self.backoff_base_ms = backoff_base_ms
-        self.backoff_max_ms = backoff_max_ms
-        self.worker_id = worker_id
+        self.workers = settings.workers
+        self.poll_ms = settings.poll_ms
+        self.lease_ms = settings.lease_ms
+        self.backoff_base_ms = settings.backoff_base_ms
+        self.backoff_max_ms = settings.backoff_max_ms
+        self.worker_id = settings.worker_id or _default_worker_id()
         self.kv = kv
-        self.on_error = on_error
+        self.on_error = settings.on_error or _log_error
         self._held: dict[str, _Held] = {}
         self._runs: set[asyncio.Task[None]] = set()
         self._claiming = asyncio.Lock()
@@ -431,36 +423,8 @@ class JobWorker:
 
 
 def create_job_worker(
-    *,
-    queue: JobQueue,
-    handler: JobHandler,
-    workers: int = 4,
-    poll_ms: int = 1_000,
-    lease_ms: int = 30_000,
-    backoff_base_ms: int = 30_000,
-    backoff_max_ms: int = 900_000,
-    worker_id: str | None = None,
-    kv: KvStore | None = None,
-    on_error: ErrorHandler | None = None,
+    *, queue: JobQueue, handler: JobHandler, kv: KvStore | None = None, **options: Unpack[WorkerOptions]
 ) -> JobWorker:
-    """A consumer of the queue; every replica may run one. `workers=0` makes it claim nothing."""
-    if not callable(handler):
-        raise TypeError("handler must be an async callable taking a Job")
-    check.integer("workers", workers, 0, check.MAX_LIMIT)
-    check.duration_ms("poll_ms", poll_ms)
-    check.integer("lease_ms", lease_ms, 3, check.MAX_DURATION_MS)
-    check.duration_ms("backoff_base_ms", backoff_base_ms, allow_zero=True)
-    check.duration_ms("backoff_max_ms", backoff_max_ms, allow_zero=True)
-    name = check.worker_id(worker_id) if worker_id is not None else _default_worker_id()
-    return JobWorker(
-        queue=queue,
-        handler=handler,
-        workers=workers,
-        poll_ms=poll_ms,
-        lease_ms=lease_ms,
-        backoff_base_ms=backoff_base_ms,
-        backoff_max_ms=backoff_max_ms,
-        worker_id=name,
-        kv=kv,
-        on_error=on_error or _log_error,
-    )
+    """A consumer of the queue; every replica may run one. `workers=0` makes it claim nothing. Options and
+    defaults: `WorkerSettings`."""
+    return JobWorker(queue=queue, handler=handler, kv=kv, **options)
