@@ -26,6 +26,7 @@ from typing import Any
 
 import aiomysql
 import pymysql
+from pymysql.constants import ER
 
 from plitzi_jobs_mysql.mysql import create_mysql_job_queue
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, table_names
@@ -38,7 +39,7 @@ JOBS = table_names("").jobs
 SQL = statements_for("")
 LEASE_MS = 60_000
 CLAIM_LIMIT = 10
-ER_LOCK_DEADLOCK = 1213
+ER_LOCK_DEADLOCK = ER.LOCK_DEADLOCK
 COUNTERS = ("Questions", "Com_update", "Com_select", "Com_delete", "Com_insert", "Innodb_deadlocks")
 
 

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 import pymysql
+from pymysql.constants import CR, ER
 
 from .migrations import sql_script
 from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
@@ -39,10 +40,9 @@ ENV_URL = "PLITZI_MYSQL_URL"
 CONNECT_TIMEOUT_S = 10
 STATUS_ORDER = tuple(status.value for status in JobStatus)
 # Server errors that mean "cannot get there" rather than "the SQL was wrong".
-UNREACHABLE = frozenset({2002, 2003, 2005, 2006, 2013})
-ER_ACCESS_DENIED = 1045
-ER_BAD_DB = 1049
-ER_NO_SUCH_TABLE = 1146
+UNREACHABLE = frozenset(
+    {CR.CR_CONNECTION_ERROR, CR.CR_CONN_HOST_ERROR, CR.CR_UNKNOWN_HOST, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST}
+)
 
 T = TypeVar("T")
 
@@ -91,11 +91,11 @@ def _explain(error: pymysql.err.MySQLError, url: MysqlUrl, prefix: str) -> CliEr
     where = f"{url.host}:{url.port}" if url.unix_socket is None else url.unix_socket
     if code in UNREACHABLE:
         return CliError(f"cannot reach the MySQL server at {where}: {message}")
-    if code == ER_ACCESS_DENIED:
+    if code == ER.ACCESS_DENIED_ERROR:
         return CliError(f"the server at {where} refused the login: {message}")
-    if code == ER_BAD_DB:
+    if code == ER.BAD_DB_ERROR:
         return CliError(f"database `{url.database}` does not exist on the server at {where}")
-    if code == ER_NO_SUCH_TABLE:
+    if code == ER.NO_SUCH_TABLE:
         return CliError(
             f"{message}: create the tables first (`{PROG} migrate`, the sql/ files or Alembic)"
             f" or check --prefix (now {prefix!r})"

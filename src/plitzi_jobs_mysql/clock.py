@@ -73,7 +73,8 @@ class StoreClock:
 
 
 def create_store_clock(read: Callable[[], Awaitable[int]], resync_ms: int = RESYNC_MS) -> StoreClock:
-    """`read` answers the store's own time in epoch ms (`NOW(3)` on MySQL, through UTC so no zone can shift it)."""
+    """`read` answers the store's own time in epoch ms (on MySQL `UTC_TIMESTAMP(6)`, so no session time zone can
+    shift it)."""
     if not callable(read):
         raise TypeError("read must be an async callable answering epoch milliseconds")
     check.integer("resync_ms", resync_ms, 0, check.MAX_DURATION_MS)

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
+from .cron import is_known_time_zone, is_valid_cron
 from .records import ATTEMPT_STATUSES, JOB_STATUSES, SETTLE_STATUSES, AttemptOutcome, JobInput, ScheduleInput
 
 ID_MAX_CHARS: Final = 191  # id, action_id, key, worker_id, run_id, cron
@@ -233,8 +234,6 @@ def schedule_input(schedule: object, space: int) -> None:
         raise TypeError("enabled must be a bool")
     instant("next_run_at", schedule.next_run_at)
     integer("max_attempts", schedule.max_attempts, 1, MAX_INT32)
-    from .cron import is_known_time_zone, is_valid_cron  # cron imports nothing from here
-
     if not is_valid_cron(schedule.cron):
         raise ValueError(f"schedule {schedule.action_id!r} has an invalid cron expression {schedule.cron!r}")
     if schedule.timezone is not None and not is_known_time_zone(schedule.timezone):

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import pymysql
+from pymysql.constants import ER
 
 from ..errors import ConnectionCharsetError
 from .schema import check_prefix, mysql_job_schema_statements, table_names
@@ -25,10 +26,7 @@ from .statements import Statements, statements_for
 
 log = logging.getLogger(__name__)
 
-ER_DUP_ENTRY = 1062
-ER_LOCK_WAIT_TIMEOUT = 1205
-ER_LOCK_DEADLOCK = 1213
-CONFLICTS = frozenset({ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT})
+CONFLICTS = frozenset({ER.LOCK_DEADLOCK, ER.LOCK_WAIT_TIMEOUT})
 RETRIES = 5
 # MariaDB's per-statement setting: reads, updates/deletes and inserts (1 + 2 + 4) wait until this node has applied
 # every write the cluster committed before they started.
@@ -53,7 +51,7 @@ def is_conflict(error: BaseException) -> bool:
 
 
 def is_duplicate(error: BaseException) -> bool:
-    return error_code(error) == ER_DUP_ENTRY
+    return bool(error_code(error) == ER.DUP_ENTRY)
 
 
 def bind(sql: str, args: Any) -> tuple[str, Any]:
