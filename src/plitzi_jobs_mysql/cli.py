@@ -15,22 +15,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import json
 import os
 import sys
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 import pymysql
 from pymysql.constants import CR, ER
 
+from .cli_output import job_dict, print_json, schedule_dict, show_job, table, when
 from .migrations import sql_script
 from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
 from .mysql.schema import check_prefix, mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
-from .records import TERMINAL_STATUSES, Job, JobStatus, Schedule
+from .records import TERMINAL_STATUSES, Job, JobStatus
 from .url import MysqlUrl, parse_mysql_url
 
 __all__ = ["main"]
@@ -140,75 +138,6 @@ def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Aw
         raise CliError(f"cannot reach the MySQL server at {url.host}:{url.port}: {error}") from None
 
 
-# -- output ------------------------------------------------------------------------------------------------------
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=False))
-
-
-def _when(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def _cell(value: object, width: int = 60) -> str:
-    text = "-" if value is None else str(value)
-    text = " ".join(text.split())  # one line per row, whatever an error message holds
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[_cell(v) for v in row] for row in rows]
-    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    return "\n".join(lines)
-
-
-def _job_dict(job: Job) -> dict[str, Any]:
-    return dataclasses.asdict(job)
-
-
-def _schedule_dict(schedule: Schedule) -> dict[str, Any]:
-    return dataclasses.asdict(schedule)
-
-
-def _show_job(job: Job) -> str:
-    fields: list[tuple[str, object]] = [
-        ("id", job.id),
-        ("space", job.space_id),
-        ("action", job.action_id),
-        ("status", job.status + (" (cancel requested)" if job.cancel_requested else "")),
-        ("attempts", f"{job.attempts} of {job.max_attempts}"),
-        ("environment", job.environment),
-        ("trigger", job.trigger),
-        ("key", job.key),
-        ("missed", job.missed),
-        ("due at", _when(job.due_at)),
-        ("run at", _when(job.run_at)),
-        ("created at", _when(job.created_at)),
-        ("updated at", _when(job.updated_at)),
-        ("lease until", _when(job.lease_until)),
-        ("worker", job.worker_id),
-        ("run id", job.run_id),
-        ("error", job.error),
-        ("input", json.dumps(job.input, ensure_ascii=False)),
-    ]
-    width = max(len(name) for name, _ in fields)
-    text = "\n".join(f"{name.ljust(width)}  {'-' if value is None else value}" for name, value in fields)
-    if job.history:
-        rows = [
-            (a.attempt, a.status, _when(a.started_at), _when(a.ended_at), a.worker_id, a.run_id, a.error)
-            for a in job.history
-        ]
-        text += "\n\nhistory\n" + _table(("#", "STATUS", "STARTED", "ENDED", "WORKER", "RUN ID", "ERROR"), rows)
-    else:
-        text += "\n\nhistory  (no attempts yet)"
-    return text
-
-
 # -- commands ----------------------------------------------------------------------------------------------------
 
 
@@ -261,14 +190,14 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
         ),
     )
     if args.json:
-        _print_json({"jobs": [_job_dict(j) for j in page.jobs], "total": page.total})
+        print_json({"jobs": [job_dict(j) for j in page.jobs], "total": page.total})
         return 0
     rows = [
         (j.id, j.space_id, j.action_id, j.status + ("*" if j.cancel_requested else ""),
-         f"{j.attempts}/{j.max_attempts}", _when(j.run_at), _when(j.updated_at), j.error)
+         f"{j.attempts}/{j.max_attempts}", when(j.run_at), when(j.updated_at), j.error)
         for j in page.jobs
     ]  # fmt: skip
-    print(_table(("ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN AT", "UPDATED AT", "ERROR"), rows))
+    print(table(("ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN AT", "UPDATED AT", "ERROR"), rows))
     if page.jobs:
         shown = f"{args.offset + 1}-{args.offset + len(page.jobs)}"
         print(f"\n{shown} of {page.total} job(s)" + (" (* cancel requested)" if "*" in str(rows) else ""))
@@ -287,9 +216,9 @@ def _job_or_fail(job: Job | None, args: argparse.Namespace) -> Job:
 def cmd_jobs_show(args: argparse.Namespace) -> int:
     job = _job_or_fail(_run_queue(args, lambda q: q.get_job(args.space, args.id)), args)
     if args.json:
-        _print_json(_job_dict(job))
+        print_json(job_dict(job))
     else:
-        print(_show_job(job))
+        print(show_job(job))
     return 0
 
 
@@ -309,7 +238,7 @@ def _change(
 
 def _report(args: argparse.Namespace, before: Job, done: bool, after: Job | None, message: str) -> int:
     if args.json:
-        _print_json(
+        print_json(
             {
                 "id": before.id,
                 "done": done,
@@ -346,15 +275,15 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 def cmd_schedules_list(args: argparse.Namespace) -> int:
     schedules = _run_queue(args, lambda q: q.list_schedules(args.space))
     if args.json:
-        _print_json([_schedule_dict(s) for s in schedules])
+        print_json([schedule_dict(s) for s in schedules])
         return 0
     rows = [
         (s.space_id, s.action_id, s.cron, s.timezone or "UTC", s.environment, "yes" if s.enabled else "no",
-         _when(s.next_run_at), _when(s.last_fire_at), s.missed, s.max_attempts)
+         when(s.next_run_at), when(s.last_fire_at), s.missed, s.max_attempts)
         for s in schedules
     ]  # fmt: skip
     headers = ("SPACE", "ACTION", "CRON", "TIMEZONE", "ENV", "ENABLED", "NEXT RUN", "LAST FIRE", "MISSED", "MAX")
-    print(_table(headers, rows))
+    print(table(headers, rows))
     print(f"\n{len(schedules)} schedule(s)")
     return 0
 
@@ -374,13 +303,13 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "running_lease_lapsed": stats.running_lease_lapsed,
     }
     if args.json:
-        _print_json(result)
+        print_json(result)
         return 0
     scope = "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
-    print(f"jobs in `{table_names(_prefix(args)).jobs}`, {scope}, at {_when(stats.now)} (server clock)\n")
-    print(_table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
+    print(f"jobs in `{table_names(_prefix(args)).jobs}`, {scope}, at {when(stats.now)} (server clock)\n")
+    print(table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
     print(f"\ndue pending jobs: {stats.pending_due}")
-    overdue = "none" if age is None else f"{age:.3f} s overdue (run at {_when(stats.oldest_due_run_at)})"
+    overdue = "none" if age is None else f"{age:.3f} s overdue (run at {when(stats.oldest_due_run_at)})"
     print("oldest due job: " + overdue)
     print(f"running jobs whose lease lapsed: {stats.running_lease_lapsed}")
     return 0

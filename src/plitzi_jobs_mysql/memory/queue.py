@@ -1,24 +1,18 @@
-"""The in-process stores: one process's dicts, keeping the contract exactly.
-
-Correct for a deployment that runs ONE replica, and honest about the rest: a second replica on this gets its own
-schedules and its own jobs, so a nightly digest goes out twice. A test that passes against these is testing the
-rules a shared store keeps too, so they refuse what MySQL would refuse and read every instant from one clock.
-"""
+"""The in-process job queue: one process's dicts, keeping the `JobQueue` contract exactly."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from . import validation as check
-from .clock import from_epoch_ms
-from .contract import JobQueue, KvStore
-from .records import (
+from .. import validation as check
+from ..clock import from_epoch_ms, wall_clock_ms
+from ..contract import JobQueue
+from ..records import (
     LOST_ERROR,
     TERMINAL_STATUSES,
     Attempt,
@@ -31,11 +25,6 @@ from .records import (
     Schedule,
     ScheduleInput,
 )
-
-
-def wall_clock_ms() -> int:
-    """This machine's clock: the in-process stores' default, and the only place the package reads it."""
-    return time.time_ns() // 1_000_000
 
 
 @dataclass
@@ -395,81 +384,11 @@ def _keeps_next_run(existing: Schedule, incoming: ScheduleInput) -> bool:
     return unchanged and not switched_on
 
 
-@dataclass
-class _Entry:
-    value: str
-    expires_at: int | None
-
-
-@dataclass
-class MemoryKv:
-    """A `KvStore` in this process's memory. Build it with `create_memory_kv`."""
-
-    clock: Callable[[], int]
-    _entries: dict[str, _Entry] = field(default_factory=dict)
-
-    def _live(self, key: str) -> _Entry | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if entry.expires_at is not None and entry.expires_at <= int(self.clock()):
-            del self._entries[key]
-            return None
-        return entry
-
-    def _expiry(self, ttl: int | None) -> int | None:
-        return None if ttl is None else int(self.clock()) + ttl
-
-    async def get(self, key: str) -> str | None:
-        entry = self._live(check.kv_key(key))
-        return entry.value if entry else None
-
-    async def set(self, key: str, value: str, ttl_seconds: float | None = None) -> None:
-        self._entries[key] = _Entry(value, self._expiry(check.kv_write_args(key, value, ttl_seconds)))
-
-    async def delete(self, key: str) -> None:
-        self._entries.pop(check.kv_key(key), None)
-
-    async def increment(self, key: str, amount: int = 1) -> int:
-        check.kv_key(key)
-        check.increment_amount(amount)
-        entry = self._live(key)
-        if entry is None:
-            result = check.increment_result(key, 0, amount)
-            self._entries[key] = _Entry(str(result), None)
-            return result
-        result = check.increment_result(key, check.parse_counter(key, entry.value), amount)
-        entry.value = str(result)
-        return result
-
-    async def expire(self, key: str, ttl_seconds: float) -> None:
-        check.kv_key(key)
-        ttl = check.ttl_ms(ttl_seconds, optional=False)
-        entry = self._live(key)
-        if entry is not None:
-            entry.expires_at = self._expiry(ttl)
-
-    async def swap(self, key: str, expected: str | None, value: str, ttl_seconds: float | None = None) -> bool:
-        ttl = check.kv_write_args(key, value, ttl_seconds, expected)
-        entry = self._live(key)
-        current = entry.value if entry else None
-        if current != expected:
-            return False
-        self._entries[key] = _Entry(value, self._expiry(ttl))
-        return True
-
-
 def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], int] | None = None) -> MemoryJobQueue:
     """The embedded default queue: right for exactly one replica."""
     check.integer("retain_finished", retain_finished, 0, check.INT64_MAX)
     return MemoryJobQueue(retain_finished=retain_finished, clock=clock or wall_clock_ms)
 
 
-def create_memory_kv(*, clock: Callable[[], int] | None = None) -> MemoryKv:
-    """The embedded default key/value store: one process's dict, lifetimes judged by `clock`."""
-    return MemoryKv(clock=clock or wall_clock_ms)
-
-
-if TYPE_CHECKING:  # mypy checks the memory stores keep the contracts' Protocols
+if TYPE_CHECKING:  # mypy checks the memory queue keeps the contract's Protocol
     _queue: JobQueue = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
-    _kv: KvStore = MemoryKv(clock=wall_clock_ms)
