@@ -24,6 +24,10 @@ class Clock:
     def __call__(self) -> int:
         return self.now
 
+    async def advance(self, ms: int) -> None:
+        """The contract's `advance` for a queue built over this clock."""
+        self.now += ms
+
 
 @pytest.fixture(scope="session")
 def mysql_url() -> Iterator[str]:

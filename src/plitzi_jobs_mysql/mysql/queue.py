@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -67,12 +67,16 @@ class MysqlJobQueue:
         create_tables: bool = True,
         retention_days: int = 90,
         resync_ms: int = RESYNC_MS,
+        clock: Callable[[], int] | None = None,
     ) -> None:
         check.integer("retention_days", retention_days, 1, 36_500)
+        if clock is not None and not callable(clock):
+            raise TypeError("clock must be a callable answering epoch milliseconds")
         self._store = MysqlStore(pool, table_prefix=table_prefix, create_tables=create_tables)
         self._sql = self._store.sql
         self._retention_ms = retention_days * 86_400_000
         self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
+        self._injected_clock = clock
         self._next_purge_at = 0
         self._spread = 1
 
@@ -83,6 +87,10 @@ class MysqlJobQueue:
         return int(rows[0][0])
 
     async def _now_ms(self) -> int:
+        # An injected clock (a test's, as the memory queue takes) stands in for the server's; every instant the
+        # queue writes or compares is a parameter, so nothing else reads the server's time.
+        if self._injected_clock is not None:
+            return int(self._injected_clock())
         return await self._clock.now()
 
     async def now(self) -> datetime:
@@ -436,7 +444,17 @@ class MysqlJobQueue:
 
 
 def create_mysql_job_queue(
-    pool: Any, *, table_prefix: str = "", create_tables: bool = True, retention_days: int = 90
+    pool: Any,
+    *,
+    table_prefix: str = "",
+    create_tables: bool = True,
+    retention_days: int = 90,
+    clock: Callable[[], int] | None = None,
 ) -> MysqlJobQueue:
-    """A `JobQueue` over an aiomysql pool the caller opened (and closes): the adapter only borrows connections."""
-    return MysqlJobQueue(pool, table_prefix=table_prefix, create_tables=create_tables, retention_days=retention_days)
+    """A `JobQueue` over an aiomysql pool the caller opened (and closes): the adapter only borrows connections.
+
+    `clock` (epoch ms, for tests, as `create_memory_job_queue` takes) replaces the server's clock for the queue's
+    instants; the kv store's lifetimes stay the server's, judged in the statement."""
+    return MysqlJobQueue(
+        pool, table_prefix=table_prefix, create_tables=create_tables, retention_days=retention_days, clock=clock
+    )

@@ -9,18 +9,22 @@ attempt. Subclass a suite and supply a fixture that yields a fresh, empty subjec
         async def queue(self):
             yield make_my_queue()
 
-Real time, real stores: leases are tens of milliseconds and the tests wait for them to lapse (polling for the
-condition, never a fixed sleep), because the store's own clock is part of what is being tested.
+Time moves through the `advance` fixture: by default real time passes (leases are tens of milliseconds and the
+tests poll the store's clock until it has moved on, never a fixed sleep); a store that takes an injected clock
+overrides `advance` to move it at once, so the suite runs without waiting. The kv suite always runs on the
+store's own clock: a kv lifetime is judged by the store itself.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from ..contract import JobQueue
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
 from .schedule_contract import OperatorContract, ScheduleContract
+from .support import Advance, real_time_advance
 
 __all__ = ["JobQueueContract", "KvContract"]
 
@@ -29,4 +33,9 @@ class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, Operato
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 
     pytestmark = pytest.mark.asyncio
+
+    @pytest.fixture
+    def advance(self, queue: JobQueue) -> Advance:
+        """Moves the queue's clock on by at least `ms`; override it where the queue takes an injected clock."""
+        return real_time_advance(queue)
 

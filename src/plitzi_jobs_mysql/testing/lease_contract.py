@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from ..contract import JobQueue
-from ..records import AttemptOutcome, Job
-from .support import claim_one, eventually, job, now_ms
+from ..records import AttemptOutcome
+from .support import Advance, claim_one, job, now_ms
 
 
 class LeaseContract:
@@ -56,28 +55,27 @@ class LeaseContract:
         everything = [i for r in results for i in r]
         assert sorted(everything) == sorted(f"j-{n}" for n in range(60))
 
-    async def test_a_lapsed_lease_is_taken_over_with_a_lost_attempt(self, queue: JobQueue) -> None:
+    async def test_a_lapsed_lease_is_taken_over_with_a_lost_attempt(self, queue: JobQueue, advance: Advance) -> None:
         await queue.enqueue(job())
         first = await claim_one(queue, "dead-worker", lease_ms=50)
-        taken = await eventually(
-            lambda: queue.claim(worker_id="rescuer", lease_ms=60_000, limit=1), bool, "the lease lapsing"
-        )
+        await advance(51)
+        taken = await queue.claim(worker_id="rescuer", lease_ms=60_000, limit=1)
+        assert len(taken) == 1, "a lapsed lease is taken over"
         assert taken[0].worker_id == "rescuer" and taken[0].attempts == 2
         (lost,) = taken[0].history
         assert (lost.attempt, lost.status, lost.worker_id) == (1, "lost", "dead-worker")
         assert lost.error and "stopped reporting" in lost.error
         assert lost.started_at == first.updated_at and lost.ended_at >= lost.started_at + 50
 
-    async def test_a_job_that_keeps_losing_its_worker_ends_dead(self, queue: JobQueue) -> None:
+    async def test_a_job_that_keeps_losing_its_worker_ends_dead(self, queue: JobQueue, advance: Advance) -> None:
         await queue.enqueue(job(max_attempts=2))
         await claim_one(queue, "w1", lease_ms=50)
-        await eventually(lambda: queue.claim(worker_id="w2", lease_ms=50, limit=1), bool, "the first takeover")
-
-        async def lapsed_twice() -> Job | None:
-            assert await queue.claim(worker_id="w3", lease_ms=60_000, limit=1) == []
-            return await queue.get_job([1], "job-1")
-
-        dead = await eventually(lapsed_twice, lambda j: j is not None and j.status == "dead", "the job dying")
+        await advance(51)
+        await claim_one(queue, "w2", lease_ms=50)  # the first takeover
+        await advance(51)
+        assert await queue.claim(worker_id="w3", lease_ms=60_000, limit=1) == []
+        dead = await queue.get_job([1], "job-1")
+        assert dead is not None and dead.status == "dead"
         assert dead is not None and dead.attempts == 2 and [a.status for a in dead.history] == ["lost", "lost"]
         assert dead.lease_until is None
 
@@ -99,14 +97,13 @@ class LeaseContract:
         unchanged = await queue.get_job([1], "job-1")
         assert unchanged is not None and unchanged.lease_until == renewed.lease_until
 
-    async def test_heartbeat_keeps_a_job_past_its_first_lease(self, queue: JobQueue) -> None:
+    async def test_heartbeat_keeps_a_job_past_its_first_lease(self, queue: JobQueue, advance: Advance) -> None:
         await queue.enqueue(job())
         await claim_one(queue, "w1", lease_ms=200)
-        deadline = time.monotonic() + 0.6
-        while time.monotonic() < deadline:
+        for _ in range(6):  # three leases' worth of time, renewed every half lease
+            await advance(100)
             await queue.heartbeat(job_ids=["job-1"], worker_id="w1", lease_ms=200)
             assert await queue.claim(worker_id="w2", lease_ms=1_000, limit=1) == []
-            await asyncio.sleep(0.02)
 
     async def test_heartbeat_reports_an_operators_cancel(self, queue: JobQueue) -> None:
         await queue.enqueue_many([job("a"), job("b")])
@@ -139,20 +136,22 @@ class LeaseContract:
         found = await queue.get_job([1], "job-1")
         assert found is not None and found.status == "running" and found.history == () and found.error is None
 
-    async def test_settle_after_a_takeover_is_ignored(self, queue: JobQueue) -> None:
+    async def test_settle_after_a_takeover_is_ignored(self, queue: JobQueue, advance: Advance) -> None:
         await queue.enqueue(job())
         await claim_one(queue, "slow", lease_ms=50)
-        await eventually(lambda: queue.claim(worker_id="fast", lease_ms=60_000, limit=1), bool, "takeover")
+        await advance(51)
+        await claim_one(queue, "fast", lease_ms=60_000)  # the takeover
         await queue.settle(job_id="job-1", worker_id="slow", status="succeeded",
                            attempt=AttemptOutcome(status="succeeded", worker_id="slow"))
         found = await queue.get_job([1], "job-1")
         assert found is not None and (found.status, found.worker_id) == ("running", "fast")
         assert [a.status for a in found.history] == ["lost"]
 
-    async def test_a_lapsed_lease_nobody_took_still_settles(self, queue: JobQueue) -> None:
+    async def test_a_lapsed_lease_nobody_took_still_settles(self, queue: JobQueue, advance: Advance) -> None:
         await queue.enqueue(job())
         taken = await claim_one(queue, "w1", lease_ms=20)
-        await eventually(lambda: now_ms(queue), lambda now: now > (taken.lease_until or 0), "the lease lapsing")
+        await advance(21)
+        assert await now_ms(queue) > (taken.lease_until or 0)
         await queue.settle(job_id="job-1", worker_id="w1", status="succeeded",
                            attempt=AttemptOutcome(status="succeeded", worker_id="w1"))
         found = await queue.get_job([1], "job-1")

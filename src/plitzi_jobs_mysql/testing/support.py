@@ -12,6 +12,8 @@ from ..contract import JobQueue
 from ..records import Job, JobInput, ScheduleInput
 
 T = TypeVar("T")
+#: Moves a queue's clock on by at least the given milliseconds (the contract's `advance` fixture).
+Advance = Callable[[int], Awaitable[None]]
 WAIT_S = 10.0  # room for a busy machine; a passing test never waits this long
 
 
@@ -53,3 +55,13 @@ async def claim_one(queue: JobQueue, worker: str = "w1", lease_ms: int = 60_000)
     assert len(jobs) == 1, f"expected one job claimed, got {jobs}"
     return jobs[0]
 
+
+
+def real_time_advance(queue: JobQueue) -> Advance:
+    """`advance` for a store whose clock only real time moves: waits until the store's clock has moved on."""
+
+    async def advance(ms: int) -> None:
+        target = await now_ms(queue) + ms
+        await eventually(lambda: now_ms(queue), lambda now: now >= target, f"the store clock moving {ms} ms on")
+
+    return advance
