@@ -8,17 +8,23 @@ from typing import Any
 import pytest
 
 from plitzi_jobs_mysql import AttemptOutcome, JobInput, create_memory_job_queue, create_mysql_job_queue
-from tests.conftest import open_pool
+from plitzi_jobs_mysql.clock import wall_clock_ms
+from tests.conftest import Clock, open_pool
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(wall_clock_ms())
 
 
 @pytest.fixture(params=["memory", "mysql"])
-async def queue(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+async def queue(request: pytest.FixtureRequest, clock: Clock) -> AsyncIterator[Any]:
     if request.param == "memory":
-        yield create_memory_job_queue()
+        yield create_memory_job_queue(clock=clock)
         return
     pool = await open_pool(request.getfixturevalue("database_url"))
     try:
-        yield create_mysql_job_queue(pool)
+        yield create_mysql_job_queue(pool, clock=clock)
     finally:
         pool.close()
         await pool.wait_closed()
@@ -29,7 +35,7 @@ def job(id_: str, space: int, due_at: int) -> JobInput:
                     due_at=due_at, max_attempts=3)  # fmt: skip
 
 
-async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any) -> None:
+async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any, clock: Clock) -> None:
     empty = await queue.stats()
     assert empty.total == 0 and empty.oldest_due_run_at is None and empty.pending_due == 0
     assert list(empty.counts) == ["pending", "running", "succeeded", "failed", "dead", "cancelled"]
@@ -54,3 +60,7 @@ async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any) -> 
     assert (await queue.stats(space_ids=[])).total == 0
     with pytest.raises(TypeError):
         await queue.stats(space_ids="1")
+
+    await clock.advance(60_001)  # the running job's lease lapses, and "later" is not due yet
+    lapsed = await queue.stats()
+    assert lapsed.running_lease_lapsed == 1 and lapsed.pending_due == 2 and lapsed.now == now + 60_001

@@ -403,20 +403,22 @@ class MysqlJobQueue:
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
         return job_from_row(rows[0]) if rows else None
 
-    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
+    async def _operator_args(self, space_ids: Sequence[int], job_id: str) -> dict[str, Any] | None:
+        """The arguments of an operator's change to one job, or None when no space is listed."""
         spaces = check.scoped_job(space_ids, job_id)
-        if not spaces:
+        return {"id": job_id, "spaces": spaces, "now": await self._now_ms()} if spaces else None
+
+    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
+        args = await self._operator_args(space_ids, job_id)
+        if args is None:
             return False
-        now = await self._now_ms()
-        args = {"id": job_id, "spaces": spaces, "now": now}
         return await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
 
     async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.scoped_job(space_ids, job_id)
-        if not spaces:
+        args = await self._operator_args(space_ids, job_id)
+        if args is None:
             return False
-        now = await self._now_ms()
-        args = {"id": job_id, "spaces": spaces, "now": now}
+        spaces = args["spaces"]
 
         async def cancel(conn: Connection) -> bool:
             if await conn.write(self._sql.cancel_pending_job, args):
