@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from plitzi_jobs_mysql import JobQueue, KvStore, create_memory_job_queue, create_memory_kv
-from plitzi_jobs_mysql.clock import wall_clock_ms
+from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.support import Advance
 

@@ -18,7 +18,7 @@ import pytest
 from pymysql.constants import CLIENT
 
 from plitzi_jobs_mysql import JobQueue, KvStore, create_mysql_job_queue, create_mysql_kv
-from plitzi_jobs_mysql.clock import wall_clock_ms
+from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.support import Advance, real_time_advance
 

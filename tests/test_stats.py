@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from plitzi_jobs_mysql import AttemptOutcome, JobInput, create_memory_job_queue, create_mysql_job_queue
-from plitzi_jobs_mysql.clock import wall_clock_ms
+from plitzi_jobs_mysql.memory import wall_clock_ms
 from tests.conftest import Clock, open_pool
 
 

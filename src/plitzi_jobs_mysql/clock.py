@@ -21,11 +21,6 @@ RESYNC_MS = 30_000
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def wall_clock_ms() -> int:
-    """This machine's clock: the in-process stores' default, and the only place the package reads it."""
-    return time.time_ns() // 1_000_000
-
-
 def to_epoch_ms(moment: datetime) -> int:
     """An instant as epoch milliseconds, in integer arithmetic (a float timestamp can be a millisecond off).
     A naive datetime is read as UTC."""

@@ -5,8 +5,8 @@ schedules and its own jobs, so a nightly digest goes out twice. A test that pass
 rules a shared store keeps too, so they refuse what MySQL would refuse and read every instant from one clock.
 """
 
-from ..clock import wall_clock_ms
 from .kv import MemoryKv, create_memory_kv
 from .queue import MemoryJobQueue, create_memory_job_queue
+from .wall_clock import wall_clock_ms
 
 __all__ = ["MemoryJobQueue", "MemoryKv", "create_memory_job_queue", "create_memory_kv", "wall_clock_ms"]

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import validation as check
-from ..clock import wall_clock_ms
 from ..contract import KvStore
+from .wall_clock import wall_clock_ms
 
 
 @dataclass

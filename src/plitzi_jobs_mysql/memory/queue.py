@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import validation as check
-from ..clock import from_epoch_ms, wall_clock_ms
+from ..clock import from_epoch_ms
 from ..contract import JobQueue
 from ..records import (
     LOST_ERROR,
@@ -25,6 +25,7 @@ from ..records import (
     Schedule,
     ScheduleInput,
 )
+from .wall_clock import wall_clock_ms
 
 
 @dataclass
