@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from .cron import is_known_time_zone, is_valid_cron
+from .errors import PayloadTooLargeError
 from .records import ATTEMPT_STATUSES, JOB_STATUSES, SETTLE_STATUSES, AttemptOutcome, JobInput, ScheduleInput
 
 ID_MAX_CHARS: Final = 191  # id, action_id, key, worker_id, run_id, cron
@@ -147,7 +148,7 @@ def encode_input(value: object) -> str:
     encoded = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     size = len(utf8("input", encoded))
     if size > PAYLOAD_MAX_BYTES:
-        raise ValueError(f"input is {size} bytes encoded; at most {PAYLOAD_MAX_BYTES} are allowed")
+        raise PayloadTooLargeError(f"input is {size} bytes encoded; at most {PAYLOAD_MAX_BYTES} are allowed")
     return encoded
 
 
@@ -286,7 +287,7 @@ def kv_value(value: object, name: str = "value") -> str:
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     size = len(utf8(name, value))
     if size > PAYLOAD_MAX_BYTES:
-        raise ValueError(f"{name} is {size} bytes of UTF-8; at most {PAYLOAD_MAX_BYTES} are allowed")
+        raise PayloadTooLargeError(f"{name} is {size} bytes of UTF-8; at most {PAYLOAD_MAX_BYTES} are allowed")
     return value
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Any
@@ -16,6 +17,12 @@ log = logging.getLogger(__name__)
 PURGE_EVERY_S = 60.0
 PURGE_BATCH = 1000
 INT64_OFFSET = 2**63
+
+
+def _fingerprint(value: str) -> tuple[int, str]:
+    """What the kv statements compare a stored value with: its UTF-8 length and SHA-256, as MySQL's SHA2 gives it."""
+    encoded = value.encode("utf-8")
+    return len(encoded), hashlib.sha256(encoded).hexdigest()
 
 
 class MysqlKv:
@@ -43,8 +50,10 @@ class MysqlKv:
 
     async def set(self, key: str, value: str, ttl_seconds: float | None = None) -> None:
         ttl = check.kv_write_args(key, value, ttl_seconds)
+        await self._store.ready()
+        self._store.check_fits("value", value)
         await self._purge_if_due()
-        await self._store.retrying(lambda conn: conn.write(self._sql.kv_set, {"k": key, "v": value, "ttl": ttl}))
+        await self._store.retrying(lambda conn: conn.write(self._sql.kv_set, (key, value, ttl)))
 
     async def delete(self, key: str) -> None:
         check.kv_key(key)
@@ -72,6 +81,8 @@ class MysqlKv:
 
     async def swap(self, key: str, expected: str | None, value: str, ttl_seconds: float | None = None) -> bool:
         ttl = check.kv_write_args(key, value, ttl_seconds, expected)
+        await self._store.ready()
+        self._store.check_fits("value", value)
         try:
             if expected is None:
                 return await self._store.run(lambda conn: self._insert_if_absent(conn, key, value, ttl))
@@ -95,10 +106,11 @@ class MysqlKv:
         return False
 
     async def _replace(self, conn: Connection, key: str, expected: str, value: str, ttl: int | None) -> bool:
-        if await conn.write(self._sql.kv_replace, (value, ttl, key, expected)):
+        length, digest = _fingerprint(expected)
+        if await conn.write(self._sql.kv_replace, (value, ttl, key, length, digest)):
             return True
         # Without CLIENT.FOUND_ROWS an UPDATE that writes back what was there reports 0 rows: still a success.
-        return expected == value and bool(await conn.fetch(self._sql.kv_is_live_value, (key, value)))
+        return expected == value and bool(await conn.fetch(self._sql.kv_is_live_value, (key, length, digest)))
 
 
 def create_mysql_kv(pool: Any, *, table_prefix: str = "", create_tables: bool = True) -> MysqlKv:

@@ -24,14 +24,16 @@ from ..records import (
     Schedule,
     ScheduleInput,
 )
+from .packet import room_for_payload
 from .rows import job_columns, job_from_columns, job_from_row, schedule_from_row
 from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
 
-# A batch is split so no statement nears max_allowed_packet (16 MiB on MariaDB by default).
+# A batch is split so no statement nears the server's max_allowed_packet (learned on first use).
 BATCH_ROWS = 1000
 BATCH_BYTES = 4 * 1024 * 1024
+ROW_ROOM = 2048  # a row's fields other than its input, as sent
 PURGE_EVERY_MS = 60_000
 PURGE_BATCH = 1000
 # How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
@@ -40,16 +42,18 @@ PURGE_BATCH = 1000
 MAX_SPREAD = 64
 
 
-def _batches(rows: list[tuple[JobInput, str]]) -> list[list[tuple[JobInput, str]]]:
+def _batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tuple[JobInput, str]]]:
+    """Rows (job, encoded input, its size as sent) in statements of at most `budget` bytes of input each; a row
+    larger than the budget (it fits a statement alone, `check_fits` said so) goes alone."""
     batches: list[list[tuple[JobInput, str]]] = []
     current: list[tuple[JobInput, str]] = []
     size = 0
-    for row in rows:
-        weight = len(row[1]) + 2048
-        if current and (len(current) >= BATCH_ROWS or size + weight > BATCH_BYTES):
+    for job, encoded, sent in rows:
+        weight = sent + ROW_ROOM
+        if current and (len(current) >= BATCH_ROWS or size + weight > budget):
             batches.append(current)
             current, size = [], 0
-        current.append(row)
+        current.append((job, encoded))
         size += weight
     if current:
         batches.append(current)
@@ -110,6 +114,8 @@ class MysqlJobQueue:
 
     async def enqueue(self, job: JobInput) -> bool:
         encoded = check.job_input(job)
+        await self._store.ready()
+        self._store.check_fits("input", encoded)
         now = await self._now_ms()
         sql = self._sql.insert_jobs + self._sql.insert_job_values
 
@@ -128,15 +134,18 @@ class MysqlJobQueue:
         if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
             raise TypeError("jobs must be a sequence of JobInput")
         encoded = [check.job_input(job) for job in jobs]  # every job checked before any is written
+        await self._store.ready()
+        sizes = [self._store.check_fits(f"input of {job.id!r}", text) for job, text in zip(jobs, encoded, strict=True)]
         answers = [False] * len(jobs)
         first: dict[str, int] = {}
         for index, job in enumerate(jobs):
             first.setdefault(job.id, index)  # a repeated id in the batch: the first one creates it
-        unique = [(jobs[i], encoded[i]) for i in first.values()]
+        unique = [(jobs[i], encoded[i], sizes[i]) for i in first.values()]
         if not unique:
             return answers
         now = await self._now_ms()
-        for batch in _batches(unique):
+        budget = min(BATCH_BYTES, room_for_payload(self._store.max_packet))
+        for batch in _batches(unique, budget):
             created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
             for job_id in created:
                 answers[first[job_id]] = True

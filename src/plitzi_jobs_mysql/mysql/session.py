@@ -21,6 +21,7 @@ import pymysql
 from pymysql.constants import ER
 
 from ..errors import ConnectionCharsetError
+from . import packet
 from .schema import check_prefix, mysql_job_schema_statements, table_names
 from .statements import Statements, statements_for
 
@@ -164,6 +165,8 @@ class MysqlStore:
         self._ready = False
         self.statement_prefix = ""
         self._ready_lock: asyncio.Lock | None = None
+        #: The server's `max_allowed_packet`, learned on first use (until then, the smallest default in use).
+        self.max_packet = 4 * 1024 * 1024
 
     async def _first_use(self, conn: Connection) -> None:
         """Checks the connection's character set and creates the tables; remembered only once it succeeded."""
@@ -189,6 +192,8 @@ class MysqlStore:
                     "plitzi_jobs_mysql needs connections in utf8mb4 to store text whole, but this pool's are "
                     f"not ({', '.join(wrong)}): open the pool with aiomysql.create_pool(..., charset='utf8mb4')"
                 )
+            rows = await conn.fetch(self.sql.server_limits)
+            self.max_packet = int(rows[0][0])
             if self.create_tables:
                 await self._create_missing_tables(conn)
             if await self._is_galera(conn):
@@ -198,6 +203,15 @@ class MysqlStore:
                 self.statement_prefix = GALERA_CAUSAL
                 conn.prefix = GALERA_CAUSAL
             self._ready = True
+
+    async def ready(self) -> None:
+        """Makes sure first use has run, so what it learns about the server (the packet limit) is known."""
+        if not self._ready:
+            await self.run(lambda conn: asyncio.sleep(0))
+
+    def check_fits(self, name: str, value: str) -> int:
+        """The value's size as sent; `PayloadTooLargeError` if no statement to this server could carry it."""
+        return packet.check_fits(name, value, self.max_packet)
 
     async def _is_galera(self, conn: Connection) -> bool:
         rows = await conn.fetch("SHOW VARIABLES LIKE 'wsrep_on'")

@@ -51,6 +51,7 @@ def _attempt_json(status: str, worker: str, run_id: str, error: str, ended_at: s
 class Statements:
     clock: str
     session_charset: str
+    server_limits: str
     # jobs
     insert_job_values: str
     insert_jobs: str
@@ -106,11 +107,13 @@ def statements_for(prefix: str) -> Statements:
     # value fits the unsigned id and 0 can mean "not counted": one statement, whatever else writes the key.
     counted = "IF(LAST_INSERT_ID(CAST({n} + 9223372036854775808 AS UNSIGNED)) >= 0, CAST({n} AS CHAR), '')"
     current = "CAST(v AS DECIMAL(21, 0))"
-    # Values compare as bytes: utf8mb4_bin is PAD SPACE, so `v = 'x '` would match 'x'.
-    same_value = "CAST(v AS BINARY) = CAST(%s AS BINARY)"
+    # A value compares as its bytes' length and SHA-256 (utf8mb4_bin is PAD SPACE, so `v = 'x '` would match
+    # 'x'), so a swap sends its expected value as a digest and only the new value whole.
+    same_value = "LENGTH(v) = %s AND SHA2(v, 256) = %s"
     return Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
+        server_limits="SELECT @@max_allowed_packet",
         # -- jobs -------------------------------------------------------------------------------------------
         insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
         insert_jobs=(
@@ -263,10 +266,9 @@ def statements_for(prefix: str) -> Statements:
         # -- kv ---------------------------------------------------------------------------------------------
         kv_get=f"SELECT v FROM {kv} WHERE k = %s AND {live}",
         # Parameters repeated rather than VALUES(col), which MySQL 8.0.20+ deprecates with a warning per call.
-        kv_set=(
-            f"INSERT INTO {kv} (k, v, expires_at) VALUES (%(k)s, %(v)s, {NOW_MS} + %(ttl)s) "
-            f"ON DUPLICATE KEY UPDATE v = %(v)s, expires_at = {NOW_MS} + %(ttl)s"
-        ),
+        # The value travels once (an upsert repeating the parameter sent it twice, and VALUES(col) is deprecated
+        # in MySQL 8.0.20+): a key's row is wholly replaced anyway.
+        kv_set=f"REPLACE INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete=f"DELETE FROM {kv} WHERE k = %s",
         # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is
         # not a counter, or a sum outside the signed 64-bit range, is left as it was and reported as 0.
