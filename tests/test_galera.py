@@ -369,3 +369,7 @@ async def test_every_statement_waits_for_the_node_to_be_causally_up_to_date(pool
         queue = create_mysql_job_queue(pool, create_tables=False)
         assert await queue.get_job([1], "nothing") is None
         assert queue._store.statement_prefix == session_module.GALERA_CAUSAL
+        # A claim's compare-and-set bounds its lock wait in the same per-statement form (MariaDB only).
+        assert queue._store.flavour.claim_prefix == (
+            "SET STATEMENT innodb_lock_wait_timeout = 0, wsrep_sync_wait = 7 FOR "
+        )

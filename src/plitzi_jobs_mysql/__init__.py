@@ -8,6 +8,7 @@ from .contract import JobQueue, KvStore
 from .cron import cron_fires_between, cron_next_fire, is_known_time_zone
 from .errors import (
     ConnectionCharsetError,
+    KvRowLockedError,
     PayloadTooLargeError,
     PlitziJobsError,
     SchemaMismatchError,
@@ -55,6 +56,7 @@ __all__ = [
     "JobQueue",
     "JobStatus",
     "JobWorker",
+    "KvRowLockedError",
     "KvStore",
     "MissedFires",
     "MysqlJobQueue",

@@ -28,12 +28,19 @@ class ConnectionCharsetError(PlitziJobsError, RuntimeError):
     """The pool's connections do not speak utf8mb4, so text could not be stored and read back whole."""
 
 
+class KvRowLockedError(PlitziJobsError, TimeoutError):
+    """A kv `swap` could not get its key's row in time: another transaction held it past the server's
+    ``innodb_lock_wait_timeout``, and the expected value was still in place (so the swap was not lost to another
+    value). Nothing was written; try again later."""
+
+
 class StoreUnavailableError(PlitziJobsError, ConnectionError):
     """The store could not be reached (connection refused, lost, or the server read-only) for this call."""
 
 
 __all__ = [
     "ConnectionCharsetError",
+    "KvRowLockedError",
     "PayloadTooLargeError",
     "PlitziJobsError",
     "SchemaMismatchError",

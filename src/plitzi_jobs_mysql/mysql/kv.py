@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import random
 import time
 from typing import Any
 
 import pymysql
+from pymysql.constants import ER
 
 from .. import validation as check
-from .session import Connection, MysqlStore, is_conflict, is_duplicate
+from ..errors import KvRowLockedError
+from .session import RETRIES, Connection, MysqlStore, error_code, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
 
 PURGE_EVERY_S = 60.0
 PURGE_BATCH = 1000
 INT64_OFFSET = 2**63
+# Lock waits a swap sits out (each the server's innodb_lock_wait_timeout) before it says it could not get the row.
+LOCK_WAITS = 2
 
 
 def _fingerprint(value: str) -> tuple[int, str]:
@@ -83,14 +89,39 @@ class MysqlKv:
         ttl = check.kv_write_args(key, value, ttl_seconds, expected)
         await self._store.ready()
         self._store.check_fits("value", value)
-        try:
+
+        async def cas(conn: Connection) -> bool:
             if expected is None:
-                return await self._store.run(lambda conn: self._insert_if_absent(conn, key, value, ttl))
-            return await self._store.run(lambda conn: self._replace(conn, key, expected, value, ttl))
-        except pymysql.err.MySQLError as error:
-            if is_conflict(error):  # another writer's change won (on Galera, at COMMIT): a lost race
-                return False
-            raise
+                return await self._insert_if_absent(conn, key, value, ttl)
+            return await self._replace(conn, key, expected, value, ttl)
+
+        waits = 0
+        for attempt in range(RETRIES):
+            try:
+                return await self._store.run(cas)
+            except pymysql.err.MySQLError as error:
+                if not is_conflict(error):
+                    raise
+                code = error_code(error)
+            # A deadlock (1213) or lock wait (1205) is not by itself a lost race: on one server it may come from
+            # a purge or a user's transaction, while on Galera a certification failure means another writer's
+            # change won. Which one it was, the value in place tells.
+            current = await self.get(key)
+            if current != expected:
+                return False  # another value is in place (for expected=None: any live value)
+            if code == ER.LOCK_WAIT_TIMEOUT:
+                waits += 1
+                if waits >= LOCK_WAITS:
+                    break
+            log.debug("swap of %r met a conflict (%s) with the expected value still in place; retrying", key, code)
+            await asyncio.sleep(random.uniform(0.001, 0.005) * (2**attempt))
+        message = (
+            f"swap of kv key {key!r} could not get its row in time: another transaction held it past the server's "
+            f"innodb_lock_wait_timeout (or kept deadlocking with it) while the expected value was still in place; "
+            "nothing was written"
+        )
+        log.warning("%s", message)
+        raise KvRowLockedError(message)
 
     async def _insert_if_absent(self, conn: Connection, key: str, value: str, ttl: int | None) -> bool:
         for _ in range(2):

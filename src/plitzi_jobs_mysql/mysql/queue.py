@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -194,16 +195,23 @@ class MysqlJobQueue:
         candidates = await self._candidates(conn, limit, now, offset)
         if len(candidates) < limit and offset:
             candidates = await self._candidates(conn, limit, now, 0)  # the backlog is shorter than the spread
-        args = {"worker": worker_id, "lease_until": now + lease_ms, "now": now, "lost": LOST_ERROR}
+        flavour = self._store.flavour
+        started = time.monotonic_ns()
         won: list[int] = []
         lost = 0
         for attempt in range(2):
+            if flavour.skip_locked_hint:
+                candidates = await self._unlocked(conn, candidates)
             for seq, _run_at, lapsed in candidates:
                 if len(won) >= limit:
                     break
+                at = self._won_at(now, started)
+                args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
                 statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
                 try:
-                    changed = await conn.write(statement, {**args, "seq": seq})
+                    # A row another transaction holds fails at once (MariaDB) rather than after the server's
+                    # innodb_lock_wait_timeout: someone else has it, so it is skipped like a lost race.
+                    changed = await conn.write(statement, args, prefix=flavour.claim_prefix)
                 except pymysql.err.MySQLError as error:
                     if not is_conflict(error):
                         raise
@@ -224,6 +232,26 @@ class MysqlJobQueue:
         rows = await conn.fetch(self._sql.claimed_jobs, (won, worker_id))
         claimed = sorted(map(job_columns, rows), key=lambda c: (c["run_at"], c["seq"]))
         return [job_from_columns(c) for c in claimed]
+
+    def _won_at(self, now: int, started_ns: int) -> int:
+        """A lease counts from the moment its row is won, not from the claim's start: the claim's now advanced
+        by the time the claim has taken so far (an injected clock is read again instead). Never a new reading
+        of the server's clock, which would borrow a second connection in the middle of the claim."""
+        if self._injected_clock is not None:
+            return int(self._injected_clock())
+        return now + (time.monotonic_ns() - started_ns) // 1_000_000
+
+    async def _unlocked(
+        self, conn: Connection, candidates: list[tuple[int, int, int]]
+    ) -> list[tuple[int, int, int]]:
+        """Where a statement's lock wait cannot be bounded (MySQL), the candidates no transaction holds right
+        now. Only a hint: the locks this read takes end with it, and each claim is still a compare-and-set."""
+        if not candidates:
+            return candidates
+        rows = await conn.fetch(self._sql.unlocked_jobs, ([seq for seq, _, _ in candidates],))
+        free = {int(row[0]) for row in rows}
+        await conn.end_read()
+        return [c for c in candidates if c[0] in free]
 
     def _adapt_spread(self, lost: int) -> None:
         # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window

@@ -22,6 +22,7 @@ from pymysql.constants import ER
 
 from ..errors import ConnectionCharsetError
 from . import packet
+from .flavour import CAUSAL_WAIT, Flavour, flavour_of
 from .schema import check_prefix, mysql_job_schema_statements, table_names
 from .statements import Statements, statements_for
 
@@ -31,7 +32,9 @@ CONFLICTS = frozenset({ER.LOCK_DEADLOCK, ER.LOCK_WAIT_TIMEOUT})
 RETRIES = 5
 # MariaDB's per-statement setting: reads, updates/deletes and inserts (1 + 2 + 4) wait until this node has applied
 # every write the cluster committed before they started.
-GALERA_CAUSAL = "SET STATEMENT wsrep_sync_wait = 7 FOR "
+GALERA_CAUSAL = f"SET STATEMENT {CAUSAL_WAIT} FOR "
+# Marks a borrowed connection whose session the adapter already set up.
+SESSION_MARK = "_plitzi_jobs_session_set_up"
 
 T = TypeVar("T")
 
@@ -96,9 +99,9 @@ class Connection:
         self.prefix = statement_prefix
         self.open_read = False
 
-    def _bind(self, sql: str, args: Any) -> tuple[str, Any]:
+    def _bind(self, sql: str, args: Any, prefix: str | None = None) -> tuple[str, Any]:
         sql, args = bind(sql, args)
-        return self.prefix + sql, args
+        return (self.prefix if prefix is None else prefix) + sql, args
 
     async def fetch(self, sql: str, args: Any = None) -> list[tuple[Any, ...]]:
         async with self.raw.cursor() as cur:
@@ -106,18 +109,25 @@ class Connection:
             self.open_read = not self.autocommit  # a read view the borrow must close
             return list(await cur.fetchall())
 
-    async def write(self, sql: str, args: Any = None) -> int:
-        """Runs one statement as its own transaction; answers the affected rows."""
-        return (await self._write(sql, args))[0]
+    async def end_read(self) -> None:
+        """Ends the transaction a read opened (and any locks it took) when autocommit is off."""
+        if not self.autocommit and self.open_read:
+            await self.raw.commit()
+            self.open_read = False
+
+    async def write(self, sql: str, args: Any = None, *, prefix: str | None = None) -> int:
+        """Runs one statement as its own transaction; answers the affected rows. `prefix` replaces the
+        connection's statement prefix (a claim's bounds its lock wait)."""
+        return (await self._write(sql, args, prefix))[0]
 
     async def write_returning_id(self, sql: str, args: Any = None) -> int:
         """Like `write`, answering the LAST_INSERT_ID() the statement set (the OK packet's insert id)."""
-        return (await self._write(sql, args))[1]
+        return (await self._write(sql, args, None))[1]
 
-    async def _write(self, sql: str, args: Any) -> tuple[int, int]:
+    async def _write(self, sql: str, args: Any, prefix: str | None) -> tuple[int, int]:
         try:
             async with self.raw.cursor() as cur:
-                await cur.execute(*self._bind(sql, args))
+                await cur.execute(*self._bind(sql, args, prefix))
                 result = int(cur.rowcount), int(cur.lastrowid or 0)
             if not self.autocommit:
                 await self.raw.commit()  # on Galera only a successful COMMIT proves a win
@@ -164,6 +174,7 @@ class MysqlStore:
         self.create_tables = create_tables
         self._ready = False
         self.statement_prefix = ""
+        self.flavour = Flavour(mariadb=True, galera=False)  # until first use reads the server's
         self._ready_lock: asyncio.Lock | None = None
         #: The server's `max_allowed_packet`, learned on first use (until then, the smallest default in use).
         self.max_packet = 4 * 1024 * 1024
@@ -193,16 +204,26 @@ class MysqlStore:
                     f"not ({', '.join(wrong)}): open the pool with aiomysql.create_pool(..., charset='utf8mb4')"
                 )
             rows = await conn.fetch(self.sql.server_limits)
-            self.max_packet = int(rows[0][0])
+            self.max_packet, version = int(rows[0][0]), as_text(rows[0][1])
             if self.create_tables:
                 await self._create_missing_tables(conn)
-            if await self._is_galera(conn):
+            self.flavour = flavour_of(version, await self._is_galera(conn))
+            if self.flavour.galera:
                 # A node applies other nodes' writes a moment after they commit: without a causal wait, a
                 # settle sent to one node right after the claim on another matches nothing and is lost.
-                log.info("Galera cluster detected: every statement waits for the node to be causally up to date")
-                self.statement_prefix = GALERA_CAUSAL
-                conn.prefix = GALERA_CAUSAL
+                log.info("Galera cluster detected (%s): every statement waits for the node to be causally up to "
+                         "date", version)
+            self.statement_prefix = conn.prefix = self.flavour.statement_prefix
             self._ready = True
+
+    async def _set_up_session(self, conn: Connection) -> None:
+        """Where the server has no per-statement form (Percona XtraDB Cluster), the borrowed session's."""
+        setup = self.flavour.session_setup
+        if setup is None or getattr(conn.raw, SESSION_MARK, False):
+            return
+        async with conn.raw.cursor() as cur:
+            await cur.execute(setup)
+        setattr(conn.raw, SESSION_MARK, True)
 
     async def ready(self) -> None:
         """Makes sure first use has run, so what it learns about the server (the packet limit) is known."""
@@ -239,6 +260,7 @@ class MysqlStore:
             ok = False
             try:
                 await self._first_use(conn)
+                await self._set_up_session(conn)
                 yield conn
                 ok = True
             finally:

@@ -60,6 +60,7 @@ class Statements:
     claim_pending: str
     claim_lapsed: str
     claimed_jobs: str
+    unlocked_jobs: str
     renew_leases: str
     cancel_requested_ids: str
     settle: str
@@ -113,7 +114,7 @@ def statements_for(prefix: str) -> Statements:
     return Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
-        server_limits="SELECT @@max_allowed_packet",
+        server_limits="SELECT @@max_allowed_packet, VERSION()",
         # -- jobs -------------------------------------------------------------------------------------------
         insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
         insert_jobs=(
@@ -160,6 +161,9 @@ def statements_for(prefix: str) -> Statements:
             "updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
+        # A hint for a claim where the server cannot bound a statement's lock wait (MySQL): which candidates no
+        # other transaction holds right now. Never the claim itself, which stays a compare-and-set.
+        unlocked_jobs=f"SELECT seq FROM {jobs} WHERE seq IN %s FOR UPDATE SKIP LOCKED",
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
         renew_leases=(
             f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
