@@ -14,11 +14,13 @@ import pytest
 from plitzi_jobs_mysql import (
     AttemptOutcome,
     JobInput,
+    create_memory_job_queue,
     create_mysql_job_queue,
     create_mysql_kv,
     mysql_job_schema_statements,
     mysql_job_schema_upgrades,
 )
+from plitzi_jobs_mysql.mysql import queue as queue_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
@@ -268,6 +270,90 @@ async def test_finished_jobs_are_removed_after_the_retention_period(database_url
     await future.claim(worker_id="w", lease_ms=1_000, limit=1)
     assert await queue.get_job([1], "done") is None
     assert await queue.get_job([1], "waiting") is not None  # never anything anybody waits on
+
+
+TWO_DAYS_LATER = "SET SESSION timestamp = UNIX_TIMESTAMP() + 172800"
+
+
+async def finish_every_way(queue: Any) -> list[str]:
+    """Finished jobs of every terminal status, two of them due only next year; answers their ids."""
+    next_year = int((await queue.now()).timestamp() * 1000) + 365 * 86_400_000
+    await queue.enqueue_many([
+        job("succeeded", due_at=0), job("failed", due_at=1), job("dead", due_at=2, max_attempts=1),
+        job("cancelled-future", due_at=next_year), job("keyed-future", due_at=next_year, key="k"),
+    ])
+    taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=2)
+    assert [j.id for j in taken] == ["succeeded", "failed"]
+    for j, status in zip(taken, ("succeeded", "failed"), strict=True):
+        await queue.settle(job_id=j.id, worker_id="w", status=status,
+                           attempt=AttemptOutcome(status=status, worker_id="w"))
+    await queue.claim(worker_id="gone", lease_ms=1, limit=1)  # "dead": its worker vanishes on its only attempt
+    await asyncio.sleep(0.01)
+    assert await queue.claim(worker_id="w", lease_ms=60_000, limit=1) == []
+    assert await queue.cancel([1], "cancelled-future")
+    assert await queue.cancel_pending(space_id=1, key="k") == 1
+    finished = {"succeeded": "succeeded", "failed": "failed", "dead": "dead", "cancelled-future": "cancelled",
+                "keyed-future": "cancelled"}
+    for job_id, status in finished.items():
+        found = await queue.get_job([1], job_id)
+        assert found is not None and found.status == status
+    return list(finished)
+
+
+@pytest.mark.parametrize("store", ["memory", "mysql"])
+async def test_a_finished_jobs_run_at_is_the_instant_it_finished(
+    database_url: str, pools: list[Any], store: str
+) -> None:
+    # What lets the purge find every finished job through the (status, run_at) index, and the memory queue agree.
+    if store == "memory":
+        queue: Any = create_memory_job_queue()
+    else:
+        queue = create_mysql_job_queue(await pool_on(pools, database_url))
+    for job_id in await finish_every_way(queue):
+        found = await queue.get_job([1], job_id)
+        assert found is not None and found.run_at == found.updated_at, found
+
+
+@pytest.mark.parametrize("later_call", ["enqueue", "enqueue_many", "settle", "claim"])
+async def test_every_finished_job_is_removed_after_the_retention_period_by_any_replica(
+    database_url: str, pools: list[Any], later_call: str
+) -> None:
+    # Whatever it was due at (cancelled while it waited for next year), and by a replica that only enqueues or
+    # only settles: today the purge needs run_at before the cutoff and runs only when something claims.
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool, retention_days=1)
+    finished = await finish_every_way(queue)
+    await queue.enqueue_many([job("waiting", due_at=10**13), job("running", due_at=3)])
+    (running,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+    assert running.id == "running"
+    later = create_mysql_job_queue(await pool_on(pools, database_url, init_command=TWO_DAYS_LATER), retention_days=1)
+    if later_call == "enqueue":
+        await later.enqueue(job("new"))
+    elif later_call == "enqueue_many":
+        await later.enqueue_many([job("new")])
+    elif later_call == "settle":  # the holder settles its job two days on (its lapsed lease nobody took)
+        await later.settle(job_id="running", worker_id="w", status="succeeded")
+    else:
+        await later.claim(worker_id="w2", lease_ms=60_000, limit=1)
+    for job_id in finished:
+        assert await queue.get_job([1], job_id) is None, f"{job_id} outlived the retention period"
+    assert await queue.get_job([1], "waiting") is not None  # never anything anybody waits on
+    assert await queue.get_job([1], "running") is not None  # nor anything running, nor just finished
+
+
+async def test_the_purge_is_bounded_per_pass(
+    database_url: str, pools: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_module, "PURGE_BATCH", 2)
+    queue = create_mysql_job_queue(await pool_on(pools, database_url), retention_days=1)
+    finished = await finish_every_way(queue)
+    later = create_mysql_job_queue(await pool_on(pools, database_url, init_command=TWO_DAYS_LATER), retention_days=1)
+    left = []
+    for n in range(4):
+        await later.enqueue(job(f"new-{n}", due_at=10**13))  # each call takes one bounded pass
+        left.append(int(sql(database_url, "SELECT COUNT(*) FROM action_jobs WHERE status <> 'pending'")[0][0]))
+    assert left == [3, 1, 0, 0]
+    assert len(finished) == 5
 
 
 async def test_claims_from_many_pools_at_once_never_share_a_job(database_url: str, pools: list[Any]) -> None:

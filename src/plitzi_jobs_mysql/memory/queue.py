@@ -58,6 +58,8 @@ class MemoryJobQueue:
     def _update(self, row: _Row, base: Job, **changes: Any) -> None:
         """Every change of a job goes through here, so the finished ones are known in the order they finished."""
         row.job = replace(base, **changes)
+        if row.job.status in TERMINAL_STATUSES and base.status not in TERMINAL_STATUSES:
+            row.job = replace(row.job, run_at=row.job.updated_at)  # a finished job's run_at is when it finished
         self._finished.pop(row.job.id, None)
         if row.job.status in TERMINAL_STATUSES:
             self._finished[row.job.id] = None

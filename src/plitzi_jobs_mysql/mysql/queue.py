@@ -118,6 +118,7 @@ class MysqlJobQueue:
         await self._store.ready()
         self._store.check_fits("input", encoded)
         now = await self._now_ms()
+        await self._purge_if_due(now)
         sql = self._sql.insert_jobs + self._sql.insert_job_values
 
         async def insert(conn: Connection) -> bool:
@@ -136,7 +137,7 @@ class MysqlJobQueue:
             raise TypeError("jobs must be a sequence of JobInput")
         encoded = [check.job_input(job) for job in jobs]  # every job checked before any is written
         await self._store.ready()
-        sizes = [self._store.check_fits(f"input of {job.id!r}", text) for job, text in zip(jobs, encoded, strict=True)]
+        sizes = [self._store.check_fits(f"input of {j.id!r}", text) for j, text in zip(jobs, encoded, strict=True)]
         answers = [False] * len(jobs)
         first: dict[str, int] = {}
         for index, job in enumerate(jobs):
@@ -145,6 +146,7 @@ class MysqlJobQueue:
         if not unique:
             return answers
         now = await self._now_ms()
+        await self._purge_if_due(now)
         budget = min(BATCH_BYTES, room_for_payload(self._store.max_packet))
         for batch in _batches(unique, budget):
             created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
@@ -262,7 +264,9 @@ class MysqlJobQueue:
             self._spread -= 1
 
     async def _purge_if_due(self, now: int) -> None:
-        """Finished jobs past retention go a bounded batch at a time, at most once a minute per queue."""
+        """Finished jobs past retention go a bounded batch at a time, at most once a minute per queue, from
+        whichever call comes first (claim, enqueue or settle): a replica that only enqueues and settles purges
+        too. A failed purge never fails the call that ran it; the next minute tries again."""
         if now < self._next_purge_at:
             return
         self._next_purge_at = now + PURGE_EVERY_MS
@@ -278,13 +282,16 @@ class MysqlJobQueue:
         try:
             removed = await self._store.run(purge)
         except pymysql.err.MySQLError as error:
-            if not is_conflict(error):
-                raise
+            if is_conflict(error):
+                log.debug("purging finished jobs met a conflict (%s); the next pass tries again", error)
+            else:
+                log.warning("purging finished jobs older than the retention period failed (%s); the next pass "
+                            "in a minute tries again", error)
             return
         if removed:
             log.info("removed %d finished jobs older than the retention period", removed)
             if removed >= PURGE_BATCH:
-                self._next_purge_at = now  # more are waiting: take the next batch on the next claim
+                self._next_purge_at = now  # more are waiting: take the next batch on the next call
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = list(dict.fromkeys(check.heartbeat_args(job_ids, worker_id, lease_ms)))
@@ -329,6 +336,7 @@ class MysqlJobQueue:
         }
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
+        await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
     # -- schedules ------------------------------------------------------------------------------------------
 
@@ -472,12 +480,13 @@ class MysqlJobQueue:
         now = await self._now_ms()
 
         async def cancel(conn: Connection) -> int:
+            args = {"now": now, "space": space_id, "key": key}
             if older_than is None:
-                return await conn.write(self._sql.cancel_keyed, (now, space_id, key))
+                return await conn.write(self._sql.cancel_keyed, args)
             rows = await conn.fetch(self._sql.job_seq, (older_than,))
             if not rows:
                 return 0
-            return await conn.write(self._sql.cancel_keyed_before, (now, space_id, key, rows[0][0]))
+            return await conn.write(self._sql.cancel_keyed_before, {**args, "before": rows[0][0]})
 
         return await self._store.retrying(cancel)
 

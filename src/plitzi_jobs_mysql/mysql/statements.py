@@ -153,6 +153,7 @@ def statements_for(prefix: str) -> Statements:
             )
             + "), "
             "status = IF(attempts >= max_attempts, 'dead', 'running'), "
+            "run_at = IF(status = 'dead', %(now)s, run_at), "
             "error = IF(status = 'dead', %(lost)s, error), "
             "attempts = IF(status = 'dead', attempts, attempts + 1), "
             "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
@@ -181,7 +182,7 @@ def statements_for(prefix: str) -> Statements:
             "error = %(error)s, "
             "run_id = COALESCE(%(run_id)s, run_id), "
             "lease_until = NULL, "
-            "run_at = IF(status = 'pending', %(retry_at)s, run_at), "
+            "run_at = IF(status = 'pending', %(retry_at)s, %(now)s), "
             "worker_id = IF(status = 'pending', NULL, worker_id), "
             # A hand-back of a job never started gives its attempt back.
             "attempts = IF(status = 'pending' AND NOT %(has_attempt)s, GREATEST(attempts - 1, 0), attempts), "
@@ -204,7 +205,7 @@ def statements_for(prefix: str) -> Statements:
             f"WHERE id = %(id)s AND space_id IN %(spaces)s AND status IN {TERMINAL}"
         ),
         cancel_pending_job=(
-            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %(now)s "
+            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, run_at = %(now)s, updated_at = %(now)s "
             "WHERE id = %(id)s AND space_id IN %(spaces)s AND status = 'pending'"
         ),
         request_cancel=(
@@ -214,16 +215,17 @@ def statements_for(prefix: str) -> Statements:
         is_running=f"SELECT 1 FROM {jobs} WHERE id = %s AND space_id IN %s AND status = 'running'",
         job_seq=f"SELECT seq FROM {jobs} WHERE id = %s",
         cancel_keyed=(
-            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %s "
-            "WHERE space_id = %s AND `key` = %s AND status = 'pending'"
+            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, run_at = %(now)s, updated_at = %(now)s "
+            "WHERE space_id = %(space)s AND `key` = %(key)s AND status = 'pending'"
         ),
         cancel_keyed_before=(
-            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, updated_at = %s "
-            "WHERE space_id = %s AND `key` = %s AND status = 'pending' AND seq < %s"
+            f"UPDATE {jobs} SET status = 'cancelled', worker_id = NULL, run_at = %(now)s, updated_at = %(now)s "
+            "WHERE space_id = %(space)s AND `key` = %(key)s AND status = 'pending' AND seq < %(before)s"
         ),
-        # Bounded, and through `job_due`: a terminal job's run_at is never after its updated_at. The rows are
-        # picked by a plain read (no locks) and deleted by key: a range DELETE would lock the index entry past
-        # the finished ranges, the oldest pending job, and deadlock with the claimers taking it.
+        # Bounded, and through `job_due`: every change that finishes a job sets its run_at to the instant it
+        # finished, whatever it was due at (a job cancelled while it waited for next year is finished now). The
+        # rows are picked by a plain read (no locks) and deleted by key: a range DELETE would lock the index entry
+        # past the finished ranges, the oldest pending job, and deadlock with the claimers taking it.
         finished_before=(
             f"SELECT seq FROM {jobs} WHERE status IN {TERMINAL} AND run_at < %s AND updated_at < %s LIMIT %s"
         ),
