@@ -150,3 +150,25 @@ async def test_the_full_16_mib_fits_a_64_mib_packet(pool: Any, session_db: str) 
         assert found is not None and found.input == encoded
     finally:
         sql(session_db, "DROP TABLE IF EXISTS pkt_action_jobs, pkt_action_schedules, pkt_action_kv")
+
+
+async def test_a_packet_lowered_after_first_use_is_learned_again(
+    small: tuple[Any, str], small_packet_server: LocalMysqlServer
+) -> None:
+    # The server's setting changes under a running adapter (a restart with another max_allowed_packet): the
+    # statement the server refuses is reported as PayloadTooLargeError, and the next call knows the new limit.
+    pool, url = small
+    queue = create_mysql_job_queue(pool)
+    assert await queue.enqueue(job("first"))  # learns 4 MiB
+    sql(small_packet_server.url, f"SET GLOBAL max_allowed_packet = {PACKET // 2}")
+    try:
+        await pool.clear()  # the pool's new connections take the new setting
+        with pytest.raises(PayloadTooLargeError, match="max_allowed_packet"):
+            await queue.enqueue(job("refused-by-the-server", input={"s": "x" * (3 * MiB)}))
+        with pytest.raises(PayloadTooLargeError, match=str(PACKET // 2)):
+            await queue.enqueue(job("refused-before-sending", input={"s": "x" * (3 * MiB)}))
+        assert await queue.enqueue(job("after"))
+        await assert_pool_healthy(pool)
+        assert sorted(row[0] for row in sql(url, "SELECT id FROM action_jobs")) == [b"after", b"first"]
+    finally:
+        sql(small_packet_server.url, f"SET GLOBAL max_allowed_packet = {PACKET}")

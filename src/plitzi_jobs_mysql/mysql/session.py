@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pymysql
 from pymysql.constants import ER
 
-from ..errors import ConnectionCharsetError
+from ..errors import ConnectionCharsetError, PayloadTooLargeError
 from . import packet
 from .flavour import CAUSAL_WAIT, Flavour, flavour_of
 from .schema import check_prefix, mysql_job_schema_statements, table_names
@@ -178,6 +178,7 @@ class MysqlStore:
         self._ready_lock: asyncio.Lock | None = None
         #: The server's `max_allowed_packet`, learned on first use (until then, the smallest default in use).
         self.max_packet = 4 * 1024 * 1024
+        self._packet_stale = False
 
     async def _first_use(self, conn: Connection) -> None:
         """Checks the connection's character set and creates the tables; remembered only once it succeeded."""
@@ -229,6 +230,10 @@ class MysqlStore:
         """Makes sure first use has run, so what it learns about the server (the packet limit) is known."""
         if not self._ready:
             await self.run(lambda conn: asyncio.sleep(0))
+        if self._packet_stale:
+            rows = await self.run(lambda conn: conn.fetch(self.sql.server_limits))
+            self.max_packet, self._packet_stale = int(rows[0][0]), False
+            log.warning("the server's max_allowed_packet is now %d bytes", self.max_packet)
 
     def check_fits(self, name: str, value: str) -> int:
         """The value's size as sent; `PayloadTooLargeError` if no statement to this server could carry it."""
@@ -275,8 +280,20 @@ class MysqlStore:
                             log.debug("commit after a read failed", exc_info=True)
 
     async def run(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
-        async with self.connection() as conn:
-            return await operation(conn)
+        try:
+            async with self.connection() as conn:
+                return await operation(conn)
+        except pymysql.err.OperationalError as error:
+            if error_code(error) != ER.NET_PACKET_TOO_LARGE:
+                raise
+            # The server refused the statement whole (and dropped that connection): its max_allowed_packet is
+            # smaller than first use found (changed, and the server restarted). Read it again on the next call.
+            self._packet_stale = True
+            raise PayloadTooLargeError(
+                f"the server refused a statement larger than its max_allowed_packet, which is smaller than the "
+                f"{self.max_packet} bytes found on first use (changed since?); nothing was written, and the limit is "
+                "read again on the next call: raise max_allowed_packet on the server or store less"
+            ) from error
 
     async def retrying(self, operation: Callable[[Connection], Awaitable[T]]) -> T:
         """For idempotent operations only: a conflict the server reports is retried, briefly and with jitter."""
