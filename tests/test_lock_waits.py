@@ -236,3 +236,26 @@ async def test_a_swap_that_cannot_get_the_row_in_time_says_so(pool: Any, holder:
     await holder.release()
     assert await kv.get("k") == "a"
     assert await kv.swap("k", "a", "b") is True
+
+
+# -- heartbeats ---------------------------------------------------------------------------------------------
+
+
+async def test_a_held_row_costs_the_other_leases_of_a_heartbeat_nothing(pool: Any, holder: Holder) -> None:
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue_many([job("held", due_at=0), job("free", due_at=1)])
+    taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=2)
+    before = {j.id: j.lease_until or 0 for j in taken}
+    await hold_jobs(holder, ["held"])
+    started = time.monotonic()
+    # Today the one statement renewing both waits on the held row, fails, and is retried five times: the free
+    # job's lease is not renewed at all, and the heartbeat raises after five lock waits.
+    assert await queue.heartbeat(job_ids=["held", "free"], worker_id="w", lease_ms=120_000) == []
+    assert time.monotonic() - started < LOCK_WAIT_S
+    await holder.release()
+    after = {j: (await queue.get_job([1], j)) for j in ("held", "free")}
+    assert after["free"] is not None and (after["free"].lease_until or 0) >= before["free"] + 50_000
+    assert after["held"] is not None and after["held"].lease_until == before["held"]  # the next beat renews it
+    assert await queue.heartbeat(job_ids=["held", "free"], worker_id="w", lease_ms=120_000) == []
+    renewed = await queue.get_job([1], "held")
+    assert renewed is not None and (renewed.lease_until or 0) >= before["held"] + 50_000

@@ -300,12 +300,35 @@ class MysqlJobQueue:
         now = await self._now_ms()
 
         async def beat(conn: Connection) -> list[str]:
-            await conn.write(self._sql.renew_leases, (now + lease_ms, ids, worker_id))
+            await self._renew(conn, ids, worker_id, now + lease_ms)
             rows = await conn.fetch(self._sql.cancel_requested_ids, (ids, worker_id))
             asked = {as_text(row[0]) for row in rows}
             return [job_id for job_id in ids if job_id in asked]
 
         return await self._store.retrying(beat)
+
+    async def _renew(self, conn: Connection, ids: list[str], worker_id: str, lease_until: int) -> None:
+        """All leases in one statement; if a row is held by another transaction, one by one, so the held row
+        costs the others nothing (MariaDB bounds each wait to nothing; elsewhere each held row waits the
+        server's innodb_lock_wait_timeout). A held row keeps its lease this time; the next beat tries again."""
+        prefix = self._store.flavour.claim_prefix
+        try:
+            await conn.write(self._sql.renew_leases, (lease_until, ids, worker_id), prefix=prefix)
+            return
+        except pymysql.err.MySQLError as error:
+            if not is_conflict(error):
+                raise
+        held = ids if len(ids) == 1 else []
+        for job_id in ids if len(ids) > 1 else []:
+            try:
+                await conn.write(self._sql.renew_leases, (lease_until, [job_id], worker_id), prefix=prefix)
+            except pymysql.err.MySQLError as error:
+                if not is_conflict(error):
+                    raise
+                held.append(job_id)
+        if held:
+            log.warning("could not renew the leases of %s: another transaction holds their rows; the next "
+                        "heartbeat tries again", held)
 
     async def settle(
         self,
