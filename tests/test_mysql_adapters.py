@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -10,6 +11,7 @@ from typing import Any
 
 import pymysql
 import pytest
+from pymysql.constants import ER
 
 from plitzi_jobs_mysql import (
     AttemptOutcome,
@@ -21,6 +23,7 @@ from plitzi_jobs_mysql import (
     mysql_job_schema_upgrades,
 )
 from plitzi_jobs_mysql.mysql import queue as queue_module
+from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
@@ -354,6 +357,56 @@ async def test_the_purge_is_bounded_per_pass(
         left.append(int(sql(database_url, "SELECT COUNT(*) FROM action_jobs WHERE status <> 'pending'")[0][0]))
     assert left == [3, 1, 0, 0]
     assert len(finished) == 5
+
+
+async def test_purges_never_deadlock_with_claimers_and_settlers(
+    database_url: str, pools: list[Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Old finished jobs interleaved (by seq and run_at) with due ones: every call purges a batch while four
+    # claimers take the due jobs and settle them. A purge that locked beyond its rows would deadlock (1213) with
+    # the claimers or make them wait; the package hides a deadlock as a lost race or a retry, so it is counted
+    # here, and a purge that met a conflict says so in its log. (A claimer skipping a row another claimer is
+    # writing at that instant is a 1205 by design, and not counted.)
+    deadlocks: list[int | None] = []
+    for module in (queue_module, session_module):
+        original = module.is_conflict
+
+        def counted(error: BaseException, original: Any = original) -> bool:
+            answer = bool(original(error))
+            if answer and session_module.error_code(error) == ER.LOCK_DEADLOCK:
+                deadlocks.append(session_module.error_code(error))
+            return answer
+
+        monkeypatch.setattr(module, "is_conflict", counted)
+    caplog.set_level(logging.DEBUG, logger="plitzi_jobs_mysql.mysql.queue")
+    monkeypatch.setattr(queue_module, "PURGE_BATCH", 50)
+    monkeypatch.setattr(queue_module, "PURGE_EVERY_MS", 0)
+    queues = [
+        create_mysql_job_queue(await pool_on(pools, database_url, init_command=TWO_DAYS_LATER), retention_days=1)
+        for _ in range(4)
+    ]
+    await queues[0].enqueue(job("first"))  # creates the tables
+    sql(database_url, """
+        INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,
+            status, run_at, attempts, created_at, updated_at, history)
+        SELECT CONCAT('j', seq), 1, 'a', 'main', 't', '{}', seq, 3,
+            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM seq_1_to_1200""")
+
+    async def drain(queue: Any, name: str) -> int:
+        done = 0
+        while batch := await queue.claim(worker_id=name, lease_ms=60_000, limit=5):
+            for taken in batch:
+                await queue.settle(job_id=taken.id, worker_id=name, status="succeeded")
+                done += 1
+        return done
+
+    drained = await asyncio.gather(*(drain(q, f"w{n}") for n, q in enumerate(queues)))
+    assert sum(drained) == 601  # "first" and the 600 pending ones, each once
+    left = sql(database_url, "SELECT COUNT(*) FROM action_jobs WHERE run_at < 1000000")[0][0]
+    assert left == 0, f"{left} old finished jobs were not purged"
+    assert not deadlocks, f"{len(deadlocks)} deadlocks"
+    assert not [r.message for r in caplog.records if r.getMessage().startswith("purging finished jobs")]
+    assert any(r.getMessage().startswith("removed 50 finished jobs") for r in caplog.records)
 
 
 async def test_claims_from_many_pools_at_once_never_share_a_job(database_url: str, pools: list[Any]) -> None:
