@@ -35,12 +35,22 @@ from plitzi_jobs_mysql.mysql.statements import NOW_MS, statements_for
 from plitzi_jobs_mysql.records import JobInput
 from plitzi_jobs_mysql.url import parse_mysql_url
 
+import runtime  # bench/runtime.py: the runtime scenarios (issue 12)
+
 JOBS = table_names("").jobs
 SQL = statements_for("")
 LEASE_MS = 60_000
 CLAIM_LIMIT = 10
 ER_LOCK_DEADLOCK = ER.LOCK_DEADLOCK
+SCENARIOS = ("raw", "enqueue", "drain", "runtime", "pickup", "idle", "latency")
 COUNTERS = ("Questions", "Com_update", "Com_select", "Com_delete", "Com_insert", "Innodb_deadlocks")
+
+
+RUNTIME_LABELS = {
+    "16": "runtime drain: one `create_job_worker(workers=16)`",
+    "16kv": "runtime drain: one `create_job_worker(workers=16, kv=...)`",
+    "2x8": "runtime drain: 2 processes x `create_job_worker(workers=8)`",
+}
 
 
 def progress(message: str) -> None:
@@ -59,15 +69,20 @@ class Plan:
     backlogs: tuple[int, ...]
     running_rows: tuple[int, ...]
     latency_samples: int
+    runtime_jobs: int
+    pickup_samples: int
+    idle_seconds: float
 
 
 FULL = Plan(
     reps=5, raw_seconds=3.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
     finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
+    runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0,
 )
 QUICK = Plan(
     reps=3, raw_seconds=2.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=5_000, drain_loops=(1, 4, 16),
     finished_rows=200_000, backlogs=(1_000, 10_000, 50_000), running_rows=(1_000,), latency_samples=200,
+    runtime_jobs=5_000, pickup_samples=20, idle_seconds=10.0,
 )
 
 
@@ -379,7 +394,7 @@ def fmt(value: float, digits: int = 0) -> str:
 
 async def run(args: argparse.Namespace) -> int:
     plan = QUICK if args.quick else FULL
-    only = set(args.only.split(",")) if args.only else {"raw", "enqueue", "drain", "latency"}
+    only = set(args.only.split(",")) if args.only else set(SCENARIOS)
     drain_loops = tuple(int(x) for x in args.loops.split(",")) if args.loops else plan.drain_loops
     reps = args.reps or plan.reps
     report = Report()
@@ -395,6 +410,7 @@ async def run(args: argparse.Namespace) -> int:
         stack.callback(lambda: root_admin.run(f"DROP DATABASE IF EXISTS `{database}`"))
         progress(f"database {database} on {server}")
         kwargs = server.with_database(database).aiomysql_kwargs()
+        db_url = server.with_database(database).render(hide_password=False)
         admin = Admin(server.with_database(database).pymysql_kwargs())
         stack.callback(admin.close)
         for statement in mysql_job_schema_statements(""):
@@ -413,7 +429,8 @@ async def run(args: argparse.Namespace) -> int:
 
         # 1 + 3: raw limit and drains, interleaved rep by rep so their ratios share the same noise.
         drains: dict[int, list[DrainResult]] = {loops: [] for loops in drain_loops}
-        if "raw" in only or "drain" in only:
+        runtimes: dict[str, list[runtime.RuntimeResult]] = {key: [] for key in RUNTIME_LABELS}
+        if "raw" in only or "drain" in only or "runtime" in only:
             max_loops = max(drain_loops) if "drain" in only else 16
             pool = await open_pool(kwargs, max(16, max_loops))
             try:
@@ -430,6 +447,19 @@ async def run(args: argparse.Namespace) -> int:
                                 f"{r.statements_per_job:.2f} statements/job, {r.lost_per_job:.2f} lost CAS/job, "
                                 f"{r.empty_claims} empty claims, exactly-once {'ok' if r.exactly_once else 'BROKEN'}"
                             )
+                    if "runtime" in only:
+                        n = args.runtime_jobs or plan.runtime_jobs
+                        for key in RUNTIME_LABELS:
+                            if key == "2x8":
+                                rt = await runtime.runtime_drain_processes(
+                                    admin, fill_jobs, db_url, n, processes=2, slots=8, rep=rep)
+                            else:
+                                rt = await runtime.runtime_drain(pool, admin, fill_jobs, n, 16, rep,
+                                                                 with_kv=key == "16kv")
+                            runtimes[key].append(rt)
+                            progress(f"runtime {key} rep {rep + 1}/{reps}: {rt.jobs_per_s:,.0f} jobs/s, "
+                                     f"{rt.statements_per_job:.2f} statements/job, "
+                                     f"exactly-once {'ok' if rt.exactly_once else 'BROKEN ' + rt.detail}")
             finally:
                 await close_pool(pool)
         raw_med = statistics.median(raws) if raws else float("nan")
@@ -477,6 +507,50 @@ async def run(args: argparse.Namespace) -> int:
                 ratios = [r.jobs_per_s / raw_med for r in results]
                 lo, med = summary(ratios)
                 rows_out.append((name, "jobs per raw statement", fmt(lo, 3), fmt(med, 3)))
+
+        runtime_n = args.runtime_jobs or plan.runtime_jobs
+        for key, results in runtimes.items():
+            if not results:
+                continue
+            name = f"{RUNTIME_LABELS[key]}, {runtime_n:,} jobs"
+            for label, values, digits in (
+                ("jobs/s", [r.jobs_per_s for r in results], 0),
+                ("statements/job", [r.statements_per_job for r in results], 2),
+            ):
+                lo, med = summary(values)
+                rows_out.append((name, label, fmt(lo, digits), fmt(med, digits)))
+            if drains.get(16):
+                ratios = [r.jobs_per_s / d.jobs_per_s for r, d in zip(results, drains[16], strict=False)]
+                lo, med = summary(ratios)
+                rows_out.append((name, "x the bare 16-loop drain (same rep)", fmt(lo, 2), fmt(med, 2)))
+
+        # Pickup latency and idle cost: a runtime that is waiting for work.
+        pickups: dict[str, list[float]] = {}
+        idle_rate: float | None = None
+        if "pickup" in only or "idle" in only:
+            pool = await open_pool(kwargs, 4)
+            try:
+                if "pickup" in only:
+                    local: list[float] = []
+                    remote: list[float] = []
+                    for rep in range(reps):
+                        local += await runtime.pickup_local(pool, admin, plan.pickup_samples, rep)
+                        remote += await runtime.pickup_remote(db_url, admin, plan.pickup_samples, rep)
+                        progress(f"pickup rep {rep + 1}/{reps}: same process p50 {runtime.p50(local):.1f} ms, "
+                                 f"other process p50 {runtime.p50(remote):.1f} ms")
+                    pickups = {"local": local, "remote": remote}
+                    for key, label in (("local", "pickup: enqueued by the worker's own process"),
+                                       ("remote", "pickup: enqueued by another process (poll_ms=1000)")):
+                        values = pickups[key]
+                        rows_out.append((f"{label}, {len(values)} jobs", "p50 / p99 ms",
+                                         fmt(runtime.p50(values), 1), fmt(runtime.percentile(values, 99), 1)))
+                if "idle" in only:
+                    idle_rate = await runtime.idle_cost(pool, admin, plan.idle_seconds)
+                    progress(f"idle replica: {idle_rate:.2f} statements/s over {plan.idle_seconds:.0f} s")
+                    rows_out.append((f"idle replica (scheduler + worker + kv, defaults), {plan.idle_seconds:.0f} s",
+                                     "statements/s", fmt(idle_rate, 2), fmt(idle_rate, 2)))
+            finally:
+                await close_pool(pool)
 
         # 4: claim latency over a big finished table
         latency: dict[str, tuple[float, float]] = {}
@@ -554,6 +628,26 @@ async def run(args: argparse.Namespace) -> int:
                               f"{j1:,.0f} / {raw_med:,.0f} = {j1 / raw_med:.3f}")
             spj = statistics.median(r.statements_per_job for r in drains[16])
             report.target("<= 3 statements per job at 16 claimers", spj <= 3, f"{spj:.2f} (median)")
+        if runtimes["16"] and drains.get(16):
+            bare = med_jobs(16)
+            for key in ("16", "16kv"):
+                if runtimes[key]:
+                    rate = statistics.median(r.jobs_per_s for r in runtimes[key])
+                    report.target(f"{RUNTIME_LABELS[key]} >= 0.85 x the bare 16-loop drain", rate >= 0.85 * bare,
+                                  f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.2f}x")
+        if runtimes["16"] and runtimes["16kv"]:
+            plain = statistics.median(r.statements_per_job for r in runtimes["16"])
+            single = statistics.median(r.statements_per_job for r in runtimes["16kv"])
+            report.target("the kv single-flight key costs <= 1.5 statements/job", single - plain <= 1.5,
+                          f"{single:.2f} - {plain:.2f} = {single - plain:.2f}")
+        if pickups:
+            local_p50, remote_p50 = runtime.p50(pickups["local"]), runtime.p50(pickups["remote"])
+            report.target("pickup p50, enqueued by the same process, <= 20 ms", local_p50 <= 20,
+                          f"{local_p50:.1f} ms")
+            report.target("pickup p50, enqueued by another process, <= poll_ms/2 + 50 ms = 550 ms",
+                          remote_p50 <= 550, f"{remote_p50:.1f} ms")
+        if idle_rate is not None:
+            report.target("an idle replica costs <= 2 statements/s", idle_rate <= 2, f"{idle_rate:.2f}")
         if latency:
             first, last = f"{plan.backlogs[0]}", f"{plan.backlogs[-1]}"
             ratio = latency[last][0] / latency[first][0]
@@ -571,6 +665,10 @@ async def run(args: argparse.Namespace) -> int:
             one, many = statistics.median(enqueue["one"]), statistics.median(enqueue["many"])
             report.target("enqueue_many >= 5 x one producer's enqueue", many >= 5 * one,
                           f"{many:,.0f} / {one:,.0f} = {many / one:.1f}x")
+        all_runtimes = [r for results in runtimes.values() for r in results]
+        if all_runtimes:
+            broken_rt = [r.detail for r in all_runtimes if not r.exactly_once]
+            report.target("exactly-once in every runtime drain", not broken_rt, "; ".join(broken_rt) or "every rep")
         all_drains = [r for results in drains.values() for r in results]
         if all_drains:
             seen = sum(r.deadlocks_seen for r in all_drains)
@@ -640,10 +738,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer reps and smaller sizes (about 2 minutes)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
-    parser.add_argument("--only", default="", help="comma list of raw,enqueue,drain,latency (default: all)")
+    parser.add_argument("--only", default="", help=f"comma list of {','.join(SCENARIOS)} (default: all)")
     parser.add_argument("--loops", default="", help="drain claim loops, comma list (default 1,4,16)")
     parser.add_argument("--reps", type=int, default=0, help="override the repetitions")
     parser.add_argument("--drain-jobs", type=int, default=0, help="override the drain size")
+    parser.add_argument("--runtime-jobs", type=int, default=0, help="override the runtime drain size")
     parser.add_argument("--finished", type=int, default=0, help="override the finished rows for latency")
     return asyncio.run(run(parser.parse_args()))
 
