@@ -26,6 +26,7 @@ from typing import Any
 
 import aiomysql
 import pymysql
+import runtime  # bench/runtime.py: the runtime scenarios (issue 12)
 from pymysql.constants import ER
 
 from plitzi_jobs_mysql.mysql import create_mysql_job_queue
@@ -34,8 +35,6 @@ from plitzi_jobs_mysql.mysql.session import bind
 from plitzi_jobs_mysql.mysql.statements import NOW_MS, statements_for
 from plitzi_jobs_mysql.records import JobInput
 from plitzi_jobs_mysql.url import parse_mysql_url
-
-import runtime  # bench/runtime.py: the runtime scenarios (issue 12)
 
 JOBS = table_names("").jobs
 SQL = statements_for("")

@@ -17,7 +17,7 @@ import secrets
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final, Unpack
+from typing import Any, Final, Unpack
 
 from . import validation as check
 from .contract import JobQueue, KvStore
@@ -39,6 +39,10 @@ KV_KEY_PREFIX: Final = "plitzi-jobs:run:"
 #: A settle the store refused is tried again after this, doubling up to the ceiling, while the lease holds.
 SETTLE_RETRY_FIRST_S: Final = 0.05
 SETTLE_RETRY_MAX_S: Final = 2.0
+#: Claims a busy worker keeps in flight at once, each on its own pooled connection. A claim is a read, then one
+#: compare-and-set per job in sequence, then a read-back: one at a time, claiming alone filled a drain's wall
+#: time while the slots waited. While claims come back full, the free slots are split over up to this many.
+MAX_CLAIMS_IN_FLIGHT: Final = 2
 
 
 class PermanentFailure(Exception):
@@ -118,8 +122,12 @@ class JobWorker:
         self.kv = kv
         self.on_error = settings.on_error or _log_error
         self._held: dict[str, _Held] = {}
-        self._runs: set[asyncio.Task[None]] = set()
-        self._claiming = asyncio.Lock()
+        self._runs: set[asyncio.Task[Any]] = set()
+        self._reserved = 0  # slots promised to claims in flight
+        self._claims_in_flight = 0
+        self._claims_done = asyncio.Event()  # set whenever no claim is in flight
+        self._claims_done.set()
+        self._more_waiting = False  # the last claim came back full: more jobs are likely due
         self._stopping = False
         self._wake = asyncio.Event()
         self._released = asyncio.Event()  # set whenever a held job is let go of
@@ -143,23 +151,77 @@ class JobWorker:
 
     # -- claiming --------------------------------------------------------------------------------------------
 
+    def _free(self) -> int:
+        return self.workers - len(self._held) - self._reserved
+
+    def _reserve(self, limit: int) -> None:
+        """Promises `limit` free slots to a claim about to start, so claims in flight at once never count the
+        same free slot twice. `_claim` gives them back."""
+        self._reserved += limit
+        self._claims_in_flight += 1
+        self._claims_done.clear()
+
+    async def _claim(self, limit: int) -> list[_Held]:
+        """Claims up to `limit` jobs into the slots `_reserve(limit)` promised."""
+        try:
+            claimed = await self.queue.claim(worker_id=self.worker_id, lease_ms=self.lease_ms, limit=limit)
+        finally:
+            self._reserved -= limit
+            self._claims_in_flight -= 1
+            if not self._claims_in_flight:
+                self._claims_done.set()
+        held = [_Held(job=job) for job in claimed]
+        for h in held:  # held from here on, so the heartbeat renews them whatever happens next
+            self._held[h.job.id] = h
+        return held
+
     async def poll(self) -> int:
         """One pass: claim what fits in the free slots and start it. Answers how many handlers it started."""
         if self._stopping:
             return 0
-        async with self._claiming:  # two polls at once would each count the same free slots
-            free = self.workers - len(self._held)
-            if free <= 0 or self._stopping:
-                return 0
-            claimed = await self.queue.claim(worker_id=self.worker_id, lease_ms=self.lease_ms, limit=free)
-            held = [_Held(job=job) for job in claimed]
-            for h in held:  # held from here on, so the heartbeat renews them whatever happens next
-                self._held[h.job.id] = h
-        started = 0
+        free = self._free()
+        if free <= 0:
+            return 0
+        self._reserve(free)
+        held = await self._claim(free)
+        started = await asyncio.gather(*(self._begin(h) for h in held))
+        return sum(started)
+
+    def _fill(self) -> None:
+        """Starts claims for the free slots: one at a time while the queue looks empty (an idle worker costs one
+        read per poll), several at once, each its own share of the slots, while claims come back full."""
+        share = -(-self.workers // MAX_CLAIMS_IN_FLIGHT)
+        while not self._stopping:
+            free = self._free()
+            if free <= 0:
+                return
+            if not self._more_waiting:
+                if self._claims_in_flight:
+                    return
+                limit = free
+            elif self._claims_in_flight >= MAX_CLAIMS_IN_FLIGHT or (self._claims_in_flight and free < share):
+                return  # a sliver of a claim beside the others would cost a read and a read-back for one job
+            else:
+                limit = min(free, share)
+            self._reserve(limit)
+            self._track(asyncio.create_task(self._claim_and_start(limit), name="job worker claim"))
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+
+    async def _claim_and_start(self, limit: int) -> None:
+        try:
+            held = await self._claim(limit)
+        except Exception as error:
+            self.on_error(error)
+            self._more_waiting = False  # back off to the poll interval rather than hammer a failing store
+            return
+        self._more_waiting = len(held) >= limit
+        if self._more_waiting:
+            self._wake.set()  # more are likely due: claim again now, beside this one's jobs starting
         for h in held:
-            if await self._begin(h):
-                started += 1
-        return started
+            self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
 
     async def _begin(self, held: _Held) -> bool:
         job = held.job
@@ -189,9 +251,7 @@ class JobWorker:
             await self._release(held)
             return False
         held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
-        run = asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor")
-        self._runs.add(run)
-        run.add_done_callback(self._runs.discard)
+        self._track(asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor"))
         return True
 
     async def _hand_back(self, held: _Held, delay_ms: int) -> None:
@@ -354,18 +414,12 @@ class JobWorker:
     # -- the timers ------------------------------------------------------------------------------------------
 
     async def _poll_loop(self) -> None:
+        # Claims start on each tick, whenever a slot frees, and at once again while claims come back full;
+        # a claim that comes back short waits for the next of those.
         wake = self._wake
         while not self._stopping:
             wake.clear()
-            try:
-                started = await self.poll()
-            except Exception as error:
-                self.on_error(error)
-                started = 0
-            if self._stopping:
-                break
-            if started and len(self._held) < self.workers:
-                continue  # a full claim may mean more is waiting, and there is room for it
+            self._fill()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), self.poll_ms / 1000)
 
@@ -406,8 +460,7 @@ class JobWorker:
         if self._held and (self._beat_task is None or self._beat_task.done()):
             drain_beat = asyncio.create_task(self._beat_loop(), name="job worker drain heartbeat")
         try:
-            async with self._claiming:  # a poll() the caller drives itself finishes handing back first
-                pass
+            await self._claims_done.wait()  # a claim in flight comes back and hands its jobs back first
             while self._held:
                 self._released.clear()
                 await self._released.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import random
@@ -41,6 +42,8 @@ PURGE_BATCH = 1000
 # loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
 # over the same few rows. The spread relaxes again once claims stop colliding.
 MAX_SPREAD = 64
+# Compare-and-sets one claim keeps in flight at once, each on its own pooled connection.
+CAS_IN_FLIGHT = 8
 
 
 def _batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tuple[JobInput, str]]]:
@@ -182,56 +185,83 @@ class MysqlJobQueue:
             return []
         now = await self._now_ms()
         await self._purge_if_due(now)
-        return await self._store.run(lambda conn: self._claim(conn, worker_id, lease_ms, limit, now))
+        return await self._claim(worker_id, lease_ms, limit, now)
 
-    async def _candidates(self, conn: Connection, limit: int, now: int, offset: int) -> list[tuple[int, int, int]]:
+    async def _candidates(self, limit: int, now: int, offset: int) -> list[tuple[int, int, int]]:
         """Up to 2 × limit pending jobs from `offset` on, and up to `limit` lapsed leases, oldest first."""
-        rows = await conn.fetch(self._sql.claim_candidates, (now, offset, 2 * limit, now, limit))
+        rows = await self._store.run(
+            lambda conn: conn.fetch(self._sql.claim_candidates, (now, offset, 2 * limit, now, limit))
+        )
         candidates = [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
         return sorted(candidates, key=lambda r: (r[1], r[0]))
 
-    async def _claim(self, conn: Connection, worker_id: str, lease_ms: int, limit: int, now: int) -> list[Job]:
+    async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool:
+        """One compare-and-set on its own borrowed connection: True when this claimer won the job."""
+        statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
+        flavour = self._store.flavour
+
+        async def take(conn: Connection) -> int:
+            at = self._won_at(now, started)
+            args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
+            # A row another transaction holds fails at once (MariaDB) rather than after the server's
+            # innodb_lock_wait_timeout: someone else has it, so it is skipped like a lost race.
+            return await conn.write(statement, args, prefix=flavour.claim_prefix)
+
+        try:
+            return bool(await self._store.run(take))
+        except pymysql.err.MySQLError as error:
+            if not is_conflict(error):
+                raise
+            return False  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
+
+    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int) -> list[Job]:
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
-        candidates = await self._candidates(conn, limit, now, offset)
+        candidates = await self._candidates(limit, now, offset)
         if len(candidates) < limit and offset:
-            candidates = await self._candidates(conn, limit, now, 0)  # the backlog is shorter than the spread
+            candidates = await self._candidates(limit, now, 0)  # the backlog is shorter than the spread
         flavour = self._store.flavour
         started = time.monotonic_ns()
         won: list[int] = []
         lost = 0
+        failure: BaseException | None = None
         for attempt in range(2):
             if flavour.skip_locked_hint:
-                candidates = await self._unlocked(conn, candidates)
-            for seq, _run_at, lapsed in candidates:
-                if len(won) >= limit:
-                    break
-                at = self._won_at(now, started)
-                args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
-                statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
-                try:
-                    # A row another transaction holds fails at once (MariaDB) rather than after the server's
-                    # innodb_lock_wait_timeout: someone else has it, so it is skipped like a lost race.
-                    changed = await conn.write(statement, args, prefix=flavour.claim_prefix)
-                except pymysql.err.MySQLError as error:
-                    if not is_conflict(error):
-                        raise
-                    changed = 0  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
-                if changed:
-                    won.append(seq)
-                else:
-                    lost += 1
+                candidates = await self._store.run(functools.partial(self._unlocked, candidates=candidates))
+            # The compare-and-sets of one claim run side by side, each its own single-row statement on its own
+            # pooled connection (never two held at once, so a small pool cannot deadlock): a claim costs three
+            # round trips of wall time rather than one per job. Candidates lost to other claimers are replaced
+            # by the next ones, so no more than `limit` are ever won.
+            waiting = list(candidates)
+            while waiting and len(won) < limit and failure is None:
+                batch = waiting[: min(limit - len(won), CAS_IN_FLIGHT)]
+                del waiting[: len(batch)]
+                results = await asyncio.gather(
+                    *(self._take(seq, lapsed, worker_id, lease_ms, now, started) for seq, _run_at, lapsed in batch),
+                    return_exceptions=True,
+                )
+                for (seq, _run_at, _lapsed), result in zip(batch, results, strict=True):
+                    if isinstance(result, BaseException):
+                        failure = failure or result
+                    elif result:
+                        won.append(seq)
+                    else:
+                        lost += 1
             # Every candidate lost to other claimers, but more were there: read once more rather than leave a
             # worker idle for a whole poll while jobs wait.
-            if won or attempt or len(candidates) < 2 * limit:
+            if won or attempt or failure is not None or len(candidates) < 2 * limit:
                 break
-            candidates = await self._candidates(conn, limit, now, random.randrange(self._spread) * limit)
+            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit)
         self._adapt_spread(lost)
+        if failure is not None:
+            if won:
+                log.warning("a claim failed after winning %d jobs; their leases will hand them on", len(won))
+            raise failure
         if not won:
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
-        rows = await conn.fetch(self._sql.claimed_jobs, (won, worker_id))
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
         claimed = sorted(map(job_columns, rows), key=lambda c: (c["run_at"], c["seq"]))
         return [job_from_columns(c) for c in claimed]
 
