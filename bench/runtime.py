@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -188,13 +189,16 @@ async def pickup_remote(url: str, admin: Any, samples: int, rep: int) -> list[fl
         try:
             queue = create_mysql_job_queue(pool)
             now = int((await queue.now()).timestamp() * 1000)
+            phase = random.Random(rep)
+            await asyncio.sleep(phase.uniform(0, 1.0))
             for i in range(samples):
                 # Wall clocks of one machine: both processes read the same time.time().
                 await queue.enqueue(_job(f"pr{rep}-{i}", now - 1000))
                 enqueued = time.time()
                 began = float(await asyncio.to_thread(child.stdout.readline))
                 out.append((began - enqueued) * 1000)
-                await asyncio.sleep(0.013 * (i % 17))  # no fixed phase against the poll
+                # A uniformly random phase against the worker's poll: a fixed pause would lock onto it.
+                await asyncio.sleep(phase.uniform(0, 1.0))
         finally:
             pool.close()
             await pool.wait_closed()
@@ -299,3 +303,67 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -- the in-memory queue --------------------------------------------------------------------------------------
+
+
+def _memory_jobs(n: int, due_at: int) -> list[JobInput]:
+    return [JobInput(id=f"m-{i}", space_id=1, action_id="bench", environment="production", trigger="manual",
+                     input={}, due_at=due_at + i % 1000, max_attempts=3) for i in range(n)]
+
+
+async def memory_claim_latency(backlog: int, samples: int) -> float:
+    """p50 ms of the memory queue's claim(limit=10) with `backlog` due jobs; the claimed ones go back (untimed)."""
+    from plitzi_jobs_mysql import create_memory_job_queue
+
+    queue = create_memory_job_queue()
+    now = int((await queue.now()).timestamp() * 1000)
+    for start in range(0, backlog, 10_000):
+        await queue.enqueue_many(_memory_jobs(min(10_000, backlog - start), now - 3_600_000)[: backlog - start])
+    times: list[float] = []
+    for i in range(samples + 20):
+        started = time.perf_counter()
+        jobs = await queue.claim(worker_id="lat", lease_ms=60_000, limit=10)
+        took = (time.perf_counter() - started) * 1000
+        if i >= 20:
+            times.append(took)
+        for job in jobs:
+            await queue.settle(job_id=job.id, worker_id="lat", status="pending")
+    return p50(times)
+
+
+async def memory_drain(n: int, loops: int) -> tuple[float, bool]:
+    """jobs/s of `loops` claim loops (claim(limit=10), then settle each) over one memory queue."""
+    from plitzi_jobs_mysql import create_memory_job_queue
+
+    queue = create_memory_job_queue(retain_finished=n)
+    now = int((await queue.now()).timestamp() * 1000)
+    jobs = [JobInput(id=f"md-{i}", space_id=1, action_id="bench", environment="production", trigger="manual",
+                     input={}, due_at=now - 3_600_000 + i, max_attempts=3) for i in range(n)]
+    await queue.enqueue_many(jobs)
+    handed: set[str] = set()
+    twice = 0
+    settled = 0
+
+    async def loop(index: int) -> None:
+        nonlocal twice, settled
+        worker = f"w{index}"
+        while settled < n:
+            claimed = await queue.claim(worker_id=worker, lease_ms=60_000, limit=10)
+            if not claimed:
+                await asyncio.sleep(0.001)
+                continue
+            for job in claimed:
+                if job.id in handed:
+                    twice += 1
+                handed.add(job.id)
+                await queue.settle(job_id=job.id, worker_id=worker, status="succeeded")
+                settled += 1
+            await asyncio.sleep(0)  # the claimers take turns, as they would over a store
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(i) for i in range(loops)))
+    elapsed = time.perf_counter() - started
+    page = await queue.list_jobs(space_ids=[1], status="succeeded", limit=1)
+    return n / elapsed, twice == 0 and settled == n == len(handed) == page.total

@@ -81,6 +81,40 @@ async def _call(handler: JobHandler, job: Job) -> str | None:
     return await handler(job)
 
 
+def _kv_token(worker_id: str) -> str:
+    return f"{worker_id}:{secrets.token_hex(8)}"
+
+
+class _KeyReleases:
+    """Single-flight keys given back together: those released while one statement is in flight go in the next
+    one, so a busy worker pays a fraction of a statement per job rather than one."""
+
+    def __init__(self, delete_unchanged: Callable[[list[tuple[str, str]]], Awaitable[None]],
+                 on_error: Callable[[BaseException], None]) -> None:
+        self._delete = delete_unchanged
+        self._on_error = on_error
+        self._waiting: list[tuple[str, str]] = []
+        self._flusher: asyncio.Future[None] | None = None
+
+    async def give_back(self, key: str, token: str) -> None:
+        """Returns once the key is deleted (if it still held `token`) or the attempt failed."""
+        self._waiting.append((key, token))
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush())
+        await asyncio.shield(self._flusher)
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    await self._delete(batch)
+                except Exception as error:
+                    self._on_error(error)  # they lapse with their lifetime anyway
+        finally:
+            self._flusher = None  # no await since the loop found nothing waiting
+
+
 def _kv_key(job_id: str) -> str:
     key = KV_KEY_PREFIX + job_id
     # A 191-character id of 4-byte characters plus the prefix would pass the kv's 764-byte bound.
@@ -96,6 +130,7 @@ class _Held:
     job: Job
     kv_key: str | None = None
     kv_token: str | None = None
+    kv_refused: bool = False  # its single-flight key is held elsewhere
     handler_task: asyncio.Task[str | None] | None = None
     cancel_requested: bool = False
     settled: bool = False
@@ -128,8 +163,12 @@ class JobWorker:
         self._claims_done = asyncio.Event()  # set whenever no claim is in flight
         self._claims_done.set()
         self._more_waiting = False  # the last claim came back full: more jobs are likely due
+        delete_unchanged = getattr(kv, "delete_unchanged", None)
+        self._key_releases = _KeyReleases(delete_unchanged, self.on_error) if delete_unchanged is not None else None
         self._stopping = False
         self._wake = asyncio.Event()
+        self._nudges = 0  # counts reasons to claim (a slot freed, a job announced) that came while claiming
+        self._unsubscribe: Callable[[], None] | None = None
         self._released = asyncio.Event()  # set whenever a held job is let go of
         self._poll_task: asyncio.Task[None] | None = None
         self._beat_task: asyncio.Task[None] | None = None
@@ -184,6 +223,7 @@ class JobWorker:
             return 0
         self._reserve(free)
         held = await self._claim(free)
+        await self._take_keys(held)
         started = await asyncio.gather(*(self._begin(h) for h in held))
         return sum(started)
 
@@ -210,7 +250,13 @@ class JobWorker:
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
 
+    def _nudge(self) -> None:
+        """Look for work now rather than at the next tick: a slot freed, or a job was announced."""
+        self._nudges += 1
+        self._wake.set()
+
     async def _claim_and_start(self, limit: int) -> None:
+        nudges = self._nudges
         try:
             held = await self._claim(limit)
         except Exception as error:
@@ -218,8 +264,11 @@ class JobWorker:
             self._more_waiting = False  # back off to the poll interval rather than hammer a failing store
             return
         self._more_waiting = len(held) >= limit
-        if self._more_waiting:
-            self._wake.set()  # more are likely due: claim again now, beside this one's jobs starting
+        if self._more_waiting or self._nudges != nudges:
+            # More are likely due, or a slot freed / a job was announced while this claim ran (and may have
+            # missed it): claim again now, beside this one's jobs starting.
+            self._wake.set()
+        await self._take_keys(held)
         for h in held:
             self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
 
@@ -228,20 +277,23 @@ class JobWorker:
         if self._stopping:
             # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
             await self._hand_back(held, 0)
+            await self._release(held)
             return False
         if self.kv is not None:
-            key, token = _kv_key(job.id), f"{self.worker_id}:{secrets.token_hex(8)}"
-            try:
-                taken = await self.kv.swap(key, None, token, self.lease_ms / 1000)
-            except Exception as error:
-                self.on_error(error)
-                taken = False
+            taken = held.kv_key is not None
+            if not taken and not held.kv_refused:  # not asked for with its claim's batch
+                key, token = _kv_key(job.id), _kv_token(self.worker_id)
+                try:
+                    taken = await self.kv.swap(key, None, token, self.lease_ms / 1000)
+                except Exception as error:
+                    self.on_error(error)
+                if taken:
+                    held.kv_key, held.kv_token = key, token
             if not taken:
                 # Someone still runs it (a stalled worker whose lease lapsed): running it too would run it
                 # twice.
                 await self._hand_back(held, HANDBACK_DELAY_MS)
                 return False
-            held.kv_key, held.kv_token = key, token
             if self._stopping:
                 await self._hand_back(held, 0)
                 await self._release(held)
@@ -253,6 +305,24 @@ class JobWorker:
         held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
         self._track(asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor"))
         return True
+
+    async def _take_keys(self, held: list[_Held]) -> None:
+        """With a kv that takes many keys at once, the single-flight keys of one claim's jobs in one call
+        (one statement when all were free) rather than one swap per job."""
+        take_absent = getattr(self.kv, "take_absent", None)
+        if take_absent is None or not held:
+            return
+        pairs = [(_kv_key(h.job.id), _kv_token(self.worker_id)) for h in held]
+        try:
+            answers = await take_absent(pairs, self.lease_ms / 1000)
+        except Exception as error:
+            self.on_error(error)
+            answers = [False] * len(held)
+        for h, (key, token), taken in zip(held, pairs, answers, strict=True):
+            if taken:
+                h.kv_key, h.kv_token = key, token
+            else:
+                h.kv_refused = True
 
     async def _hand_back(self, held: _Held, delay_ms: int) -> None:
         """Back to the queue with no attempt reported, which the queue refunds."""
@@ -279,7 +349,7 @@ class JobWorker:
             await self._conclude(held, task)
         finally:
             await self._release(held)
-            self._wake.set()  # a slot is free: look for work now rather than at the next tick
+            self._nudge()  # a slot is free: look for work now rather than at the next tick
 
     async def _conclude(self, held: _Held, task: asyncio.Task[str | None]) -> None:
         if task.cancelled():
@@ -375,6 +445,9 @@ class JobWorker:
             return
         key, token = held.kv_key, held.kv_token
         held.kv_key = held.kv_token = None
+        if self._key_releases is not None:
+            await self._key_releases.give_back(key, token)
+            return
         marker = f"released:{token}"
         try:
             # Compare-and-set to a marker that lapses at once: atomic, so a key someone else took is never
@@ -436,6 +509,11 @@ class JobWorker:
         """Starts claiming (every `poll_ms`, and whenever a slot frees) and beating. Call it inside a running
         loop."""
         self._stopping = False
+        wakeups = getattr(self.queue, "wakeups", None)
+        topic = getattr(self.queue, "wakeup_topic", None)
+        if self._unsubscribe is None and self.workers > 0 and wakeups is not None and isinstance(topic, str):
+            # An enqueue of a due job (in this process, or wherever the channel reaches) starts a claim at once.
+            self._unsubscribe = wakeups.subscribe(topic, self._nudge)
         if self._beat_task is None or self._beat_task.done():
             self._beat_task = asyncio.create_task(self._beat_loop(), name="job worker heartbeat")
         if self.workers > 0 and (self._poll_task is None or self._poll_task.done()):
@@ -451,6 +529,9 @@ class JobWorker:
         refunded.
         """
         self._stopping = True
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         self._wake.set()
         poll_task, self._poll_task = self._poll_task, None
         if poll_task is not None:

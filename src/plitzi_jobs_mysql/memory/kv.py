@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -73,6 +73,25 @@ class MemoryKv:
             return False
         self._entries[key] = _Entry(value, self._expiry(ttl))
         return True
+
+    async def take_absent(self, pairs: Sequence[tuple[str, str]], ttl_seconds: float | None = None) -> list[bool]:
+        """`swap(key, None, value, ttl_seconds)` for many keys, answered per pair."""
+        items = list(pairs)
+        for key, value in items:
+            check.kv_write_args(key, value, ttl_seconds)
+        if len({key for key, _ in items}) != len(items):
+            raise ValueError("take_absent takes each key once")
+        return [await self.swap(key, None, value, ttl_seconds) for key, value in items]
+
+    async def delete_unchanged(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Deletes each key that still holds the value paired with it."""
+        items = list(pairs)
+        for key, value in items:
+            check.kv_write_args(key, value, None)
+        for key, value in items:
+            entry = self._live(key)
+            if entry is not None and entry.value == value:
+                del self._entries[key]
 
 
 def create_memory_kv(*, clock: Callable[[], int] | None = None) -> MemoryKv:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from ..records import (
     Schedule,
     ScheduleInput,
 )
+from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
 from .wall_clock import wall_clock_ms
 
 
@@ -36,6 +38,12 @@ class _Row:
     seq: int  # enqueue order, finer than a millisecond
     input_json: str  # kept encoded, so a caller mutating its dict afterwards changes nothing here
     claimed_at: int = 0
+    version: int = 0  # moves on every change: a heap entry carrying an older one is stale
+
+
+# A heap entry: (run_at or lease_until, seq, version, row). seq is unique per row and versions differ per entry,
+# so the row itself is never compared.
+_Entry_ = tuple[int, int, int, _Row]
 
 
 @dataclass
@@ -48,6 +56,17 @@ class MemoryJobQueue:
     _schedules: dict[tuple[int, str], Schedule] = field(default_factory=dict)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
+    # Claims read two heaps rather than sorting every job: pending jobs (and lapsed leases moved over) by
+    # (run_at, seq), running jobs by lease_until. An entry is stale once its row changed again or left the queue;
+    # stale entries are skipped when they come up, and the heaps are rebuilt if they outgrow the jobs.
+    _ready: list[_Entry_] = field(default_factory=list)
+    _leases: list[_Entry_] = field(default_factory=list)
+    #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
+    wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
+    wakeup_topic: str = ""
+
+    def __post_init__(self) -> None:
+        self.wakeup_topic = self.wakeup_topic or f"memory-{id(self)}"
 
     def _now(self) -> int:
         return int(self.clock())
@@ -63,6 +82,28 @@ class MemoryJobQueue:
         self._finished.pop(row.job.id, None)
         if row.job.status in TERMINAL_STATUSES:
             self._finished[row.job.id] = None
+        self._index(row)
+
+    def _index(self, row: _Row) -> None:
+        row.version += 1
+        job = row.job
+        if job.status == "pending":
+            heapq.heappush(self._ready, (job.run_at, row.seq, row.version, row))
+        elif job.status == "running":
+            heapq.heappush(self._leases, (job.lease_until or 0, row.seq, row.version, row))
+        if len(self._ready) + len(self._leases) > 2 * len(self._jobs) + 1024:
+            self._rebuild()
+
+    def _current(self, row: _Row, version: int) -> bool:
+        return row.version == version and self._jobs.get(row.job.id) is row
+
+    def _rebuild(self) -> None:
+        self._ready = [(r.job.run_at, r.seq, r.version, r) for r in self._jobs.values() if r.job.status == "pending"]
+        self._leases = [
+            (r.job.lease_until or 0, r.seq, r.version, r) for r in self._jobs.values() if r.job.status == "running"
+        ]
+        heapq.heapify(self._ready)
+        heapq.heapify(self._leases)
 
     def _evict(self) -> None:
         """Oldest finished jobs first, so the bound drops history rather than anything anybody waits on."""
@@ -99,13 +140,18 @@ class MemoryJobQueue:
             updated_at=at,
             history=(),
         )
-        self._jobs[job.id] = _Row(job=record, seq=next(self._seq), input_json=encoded)
+        row = _Row(job=record, seq=next(self._seq), input_json=encoded)
+        self._jobs[job.id] = row
+        self._index(row)
         return True
 
     async def enqueue(self, job: JobInput) -> bool:
         encoded = check.job_input(job)
-        created = self._insert(job, encoded, self._now())
+        at = self._now()
+        created = self._insert(job, encoded, at)
         self._evict()
+        if created and job.due_at <= at:
+            self.wakeups.notify(self.wakeup_topic)
         return created
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
@@ -113,22 +159,26 @@ class MemoryJobQueue:
         at = self._now()
         answers = [self._insert(job, text, at) for job, text in zip(jobs, encoded, strict=True)]
         self._evict()
+        if any(answer and job.due_at <= at for answer, job in zip(answers, jobs, strict=True)):
+            self.wakeups.notify(self.wakeup_topic)
         return answers
 
     async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
         check.claim_args(worker_id, lease_ms, limit)
         at = self._now()
-        due = [
-            r
-            for r in self._jobs.values()
-            if (r.job.status == "pending" and r.job.run_at <= at)
-            or (r.job.status == "running" and (r.job.lease_until or 0) < at)
-        ]
-        due.sort(key=lambda r: (r.job.run_at, r.seq))
+        # Lapsed leases join the pending jobs, to be taken in the same oldest-run_at-first order.
+        while self._leases and self._leases[0][0] < at:
+            _lease, seq, version, row = heapq.heappop(self._leases)
+            if self._current(row, version):
+                heapq.heappush(self._ready, (row.job.run_at, seq, version, row))
         taken: list[Job] = []
-        for row in due:
-            if len(taken) >= limit:
-                break
+        while self._ready and len(taken) < limit:
+            run_at, _seq, version, row = self._ready[0]
+            if self._current(row, version) and run_at > at:
+                break  # the oldest waiting job is not due yet
+            heapq.heappop(self._ready)
+            if not self._current(row, version):
+                continue
             job = row.job
             if job.status == "running":
                 lost = Attempt(

@@ -7,14 +7,15 @@ import hashlib
 import logging
 import random
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pymysql
-from pymysql.constants import ER
+from pymysql.constants import CLIENT, ER
 
 from .. import validation as check
 from ..errors import KvRowLockedError
-from .session import RETRIES, Connection, MysqlStore, error_code, is_conflict, is_duplicate
+from .session import RETRIES, Connection, MysqlStore, as_text, error_code, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,59 @@ class MysqlKv:
         )
         log.warning("%s", message)
         raise KvRowLockedError(message)
+
+    async def take_absent(self, pairs: Sequence[tuple[str, str]], ttl_seconds: float | None = None) -> list[bool]:
+        """`swap(key, None, value, ttl_seconds)` for many keys, answered per pair: one statement when every key
+        was absent (a worker's single-flight keys for one claim), a read and per-key swaps for the rest."""
+        items = list(pairs)
+        ttl = None
+        for key, value in items:
+            ttl = check.kv_write_args(key, value, ttl_seconds)
+        if len({key for key, _ in items}) != len(items):
+            raise ValueError("take_absent takes each key once")
+        if not items:
+            return []
+        args = [arg for key, value in items for arg in (key, value, ttl)]
+        sql = self._sql.kv_insert_absent.format(values=", ".join([self._sql.kv_insert_absent_values] * len(items)))
+
+        async def insert(conn: Connection) -> list[tuple[Any, ...]] | None:
+            inserted = await conn.write(sql, args)
+            # With CLIENT.FOUND_ROWS a key left alone counts 1 too: then the count proves nothing.
+            if inserted == len(items) and not getattr(conn.raw, "client_flag", 0) & CLIENT.FOUND_ROWS:
+                return None
+            return await conn.fetch(self._sql.kv_holders, ([k for k, _ in items],))
+
+        try:
+            rows = await self._store.run(insert)
+            if rows is None:
+                return [True] * len(items)
+        except pymysql.err.MySQLError as error:
+            if not is_conflict(error):
+                raise
+            rows = []  # lost to another writer (on Galera, at COMMIT): ask key by key
+        holding = {as_text(k): str(v) for k, v in rows}
+        answers = [holding.get(key) == value for key, value in items]
+        # Taken, or lapsed: swap() knows a lapsed key is absent.
+        for index, (key, value) in enumerate(items):
+            if not answers[index] and key not in holding:
+                answers[index] = await self.swap(key, None, value, ttl_seconds)
+        return answers
+
+    async def delete_unchanged(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Deletes each key that still holds the value paired with it, in one statement per 500 pairs: a
+        worker's single-flight keys given back, never one another worker has taken since."""
+        items = list(pairs)
+        for key, value in items:
+            check.kv_write_args(key, value, None)
+        for start in range(0, len(items), 500):
+            chunk = items[start : start + 500]
+            sql = self._sql.kv_delete_unchanged + " OR ".join([self._sql.kv_delete_unchanged_one] * len(chunk))
+            args = [arg for pair in chunk for arg in pair]
+
+            async def delete(conn: Connection, sql: str = sql, args: list[str] = args) -> int:
+                return await conn.write(sql, args)
+
+            await self._store.retrying(delete)
 
     async def _insert_if_absent(self, conn: Connection, key: str, value: str, ttl: int | None) -> bool:
         for _ in range(2):

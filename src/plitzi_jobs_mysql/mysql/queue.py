@@ -26,8 +26,10 @@ from ..records import (
     Schedule,
     ScheduleInput,
 )
+from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
 from .packet import room_for_payload
 from .rows import job_columns, job_from_columns, job_from_row, schedule_from_row
+from .schema import table_names
 from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
@@ -76,11 +78,17 @@ class MysqlJobQueue:
         retention_days: int = 90,
         resync_ms: int = RESYNC_MS,
         clock: Callable[[], int] | None = None,
+        wakeups: WakeupChannel | None = None,
     ) -> None:
         check.integer("retention_days", retention_days, 1, 36_500)
         if clock is not None and not callable(clock):
             raise TypeError("clock must be a callable answering epoch milliseconds")
         self._store = MysqlStore(pool, table_prefix=table_prefix, create_tables=create_tables)
+        #: Workers of this table listen here; `enqueue` of a due job notifies it (a hint: the job is stored).
+        self.wakeups: WakeupChannel = wakeups if wakeups is not None else LOCAL_WAKEUPS
+        # The same in every process using this table: the database (as the pool names it) and the table.
+        database = str(getattr(pool, "_conn_kwargs", {}).get("db") or f"pool-{id(pool)}")
+        self.wakeup_topic = f"{database}.{table_names(self._store.prefix).jobs}"
         self._sql = self._store.sql
         self._retention_ms = retention_days * 86_400_000
         self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
@@ -133,7 +141,10 @@ class MysqlJobQueue:
                 raise
             return True
 
-        return await self._store.retrying(insert)
+        created = await self._store.retrying(insert)
+        if created and job.due_at <= now:
+            self.wakeups.notify(self.wakeup_topic)
+        return created
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
         if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
@@ -155,6 +166,8 @@ class MysqlJobQueue:
             created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
             for job_id in created:
                 answers[first[job_id]] = True
+        if any(answer and job.due_at <= now for answer, job in zip(answers, jobs, strict=True)):
+            self.wakeups.notify(self.wakeup_topic)
         return answers
 
     async def _insert_batch(self, conn: Connection, *, batch: list[tuple[JobInput, str]], now: int) -> set[str]:
@@ -510,7 +523,10 @@ class MysqlJobQueue:
         args = await self._operator_args(space_ids, job_id)
         if args is None:
             return False
-        return await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
+        requeued = await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
+        if requeued:
+            self.wakeups.notify(self.wakeup_topic)
+        return requeued
 
     async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
         args = await self._operator_args(space_ids, job_id)
@@ -551,11 +567,20 @@ def create_mysql_job_queue(
     create_tables: bool = True,
     retention_days: int = 90,
     clock: Callable[[], int] | None = None,
+    wakeups: WakeupChannel | None = None,
 ) -> MysqlJobQueue:
     """A `JobQueue` over an aiomysql pool the caller opened (and closes): the adapter only borrows connections.
 
     `clock` (epoch ms, for tests, as `create_memory_job_queue` takes) replaces the server's clock for the queue's
-    instants; the kv store's lifetimes stay the server's, judged in the statement."""
+    instants; the kv store's lifetimes stay the server's, judged in the statement.
+
+    `wakeups`: where an `enqueue` of a due job wakes the workers of this table at once (default: the ones in
+    this process; `plitzi_jobs_mysql.redis_wakeups.RedisWakeups` reaches other processes too)."""
     return MysqlJobQueue(
-        pool, table_prefix=table_prefix, create_tables=create_tables, retention_days=retention_days, clock=clock
+        pool,
+        table_prefix=table_prefix,
+        create_tables=create_tables,
+        retention_days=retention_days,
+        clock=clock,
+        wakeups=wakeups,
     )

@@ -97,6 +97,11 @@ class Statements:
     kv_replace: str
     kv_is_live_value: str
     kv_purge_lapsed: str
+    kv_insert_absent_values: str
+    kv_insert_absent: str
+    kv_holders: str
+    kv_delete_unchanged_one: str
+    kv_delete_unchanged: str
 
 
 def statements_for(prefix: str) -> Statements:
@@ -298,4 +303,13 @@ def statements_for(prefix: str) -> Statements:
         ),
         kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND {same_value} AND {live}",
         kv_purge_lapsed=f"DELETE FROM {kv} WHERE expires_at <= {NOW_MS} LIMIT %s",
+        # Many `swap(k, None, v)` in one statement: a key that exists is left exactly as it was (no IGNORE, which
+        # would turn other errors into warnings and send a SHOW WARNINGS), and counts 0 rows without
+        # CLIENT.FOUND_ROWS; the caller reads which keys it got unless every row counted as inserted.
+        kv_insert_absent_values=f"(%s, %s, {NOW_MS} + %s)",
+        kv_insert_absent=f"INSERT INTO {kv} (k, v, expires_at) VALUES {{values}} ON DUPLICATE KEY UPDATE k = k",
+        kv_holders=f"SELECT k, v FROM {kv} WHERE k IN %s AND {live}",
+        # Deletes each key only while it still holds the value given with it (an OR of primary-key lookups).
+        kv_delete_unchanged_one=f"(k = %s AND {same_value})",
+        kv_delete_unchanged=f"DELETE FROM {kv} WHERE ",
     )
