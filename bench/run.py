@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import os
 import platform
 import secrets
@@ -219,6 +220,23 @@ def job_inputs(n: int, tag: str, due_at: int) -> list[JobInput]:
                  input={"i": i}, due_at=due_at, max_attempts=3)
         for i in range(n)
     ]
+
+
+async def bare_insert_rate(pool: Any, producers: int, jobs: list[JobInput], now: int) -> float:
+    """The yardstick for `enqueue`: the same row as a bare parameterised INSERT over the same pool (input
+    encoded beforehand), from `producers` tasks each awaiting one at a time."""
+    sql = SQL.insert_jobs + SQL.insert_job_values
+    rows = [[job.id, job.space_id, job.action_id, job.environment, job.trigger, json.dumps(job.input),
+             job.due_at, job.max_attempts, job.missed, job.key, job.due_at, now, now] for job in jobs]
+
+    async def producer(part: list[list[Any]]) -> None:
+        for row in part:
+            async with pool.acquire() as conn, conn.cursor() as cur:
+                await cur.execute(sql, row)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(producer(rows[i::producers]) for i in range(producers)))
+    return len(jobs) / (time.perf_counter() - started)
 
 
 async def enqueue_rate(pool: Any, mode: str, jobs: list[JobInput], batch: int) -> float:
@@ -467,22 +485,27 @@ async def run(args: argparse.Namespace) -> int:
             rows_out.append(("raw limit: 1-row PK UPDATE, 16 tasks", "statements/s", fmt(lo), fmt(med)))
 
         # 2: enqueue
-        enqueue: dict[str, list[float]] = {"one": [], "eight": [], "many": []}
+        enqueue: dict[str, list[float]] = {"one": [], "bare1": [], "eight": [], "bare8": [], "many": []}
         if "enqueue" in only:
             pool = await open_pool(kwargs, 8)
             try:
                 for rep in range(reps):
-                    for mode in ("one", "eight", "many"):
+                    for mode in enqueue:
                         admin.run(f"TRUNCATE TABLE `{JOBS}`")
                         jobs = job_inputs(plan.enqueue_jobs, f"e{rep}{mode}", admin.now_ms())
-                        rate = await enqueue_rate(pool, mode, jobs, plan.enqueue_batch)
+                        if mode.startswith("bare"):
+                            rate = await bare_insert_rate(pool, int(mode[4:]), jobs, admin.now_ms())
+                        else:
+                            rate = await enqueue_rate(pool, mode, jobs, plan.enqueue_batch)
                         enqueue[mode].append(rate)
                         progress(f"enqueue {mode} rep {rep + 1}/{reps}: {rate:,.0f} jobs/s")
             finally:
                 await close_pool(pool)
             labels = {
                 "one": "enqueue: one producer, `enqueue`",
+                "bare1": "enqueue yardstick: one producer, bare INSERT of the same row, same pool",
                 "eight": "enqueue: eight producers, `enqueue`",
+                "bare8": "enqueue yardstick: eight producers, bare INSERT",
                 "many": f"enqueue: one producer, `enqueue_many` x{plan.enqueue_batch}",
             }
             for mode, label in labels.items():
@@ -688,6 +711,11 @@ async def run(args: argparse.Namespace) -> int:
                           (", ".join(over_backlog) or "none")
                           + (f"; elsewhere, over the <= {CLAIM_LIMIT} won rows only: {', '.join(small)}" if small
                              else ""))
+        for mode, bare_mode, label in (("one", "bare1", "one producer"), ("eight", "bare8", "eight producers")):
+            if enqueue[mode] and enqueue[bare_mode]:
+                rate, bare = statistics.median(enqueue[mode]), statistics.median(enqueue[bare_mode])
+                report.target(f"enqueue, {label}, >= 0.8 x a bare INSERT of the same row", rate >= 0.8 * bare,
+                              f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.2f}x")
         if enqueue["one"] and enqueue["many"]:
             one, many = statistics.median(enqueue["one"]), statistics.median(enqueue["many"])
             report.target("enqueue_many >= 5 x one producer's enqueue", many >= 5 * one,

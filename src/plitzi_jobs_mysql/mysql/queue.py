@@ -90,6 +90,7 @@ class MysqlJobQueue:
         database = str(getattr(pool, "_conn_kwargs", {}).get("db") or f"pool-{id(pool)}")
         self.wakeup_topic = f"{database}.{table_names(self._store.prefix).jobs}"
         self._sql = self._store.sql
+        self._insert_one = self._sql.insert_jobs + self._sql.insert_job_values
         self._retention_ms = retention_days * 86_400_000
         self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
         self._injected_clock = clock
@@ -130,7 +131,7 @@ class MysqlJobQueue:
         self._store.check_fits("input", encoded)
         now = await self._now_ms()
         await self._purge_if_due(now)
-        sql = self._sql.insert_jobs + self._sql.insert_job_values
+        sql = self._insert_one
 
         async def insert(conn: Connection) -> bool:
             try:
