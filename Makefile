@@ -35,9 +35,11 @@ sql-check: setup
 	$(PY) scripts/gen_sql.py --check
 
 bench: setup
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
 
 bench-quick: setup
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py --quick
 
 ## make soak [SECONDS=120]

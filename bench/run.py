@@ -26,6 +26,7 @@ from importlib import metadata
 from typing import Any
 
 import aiomysql
+import peers  # bench/peers.py: APScheduler 4 and arq side by side (issue 12)
 import pymysql
 import runtime  # bench/runtime.py: the runtime scenarios (issue 12)
 from pymysql.constants import ER
@@ -42,7 +43,7 @@ SQL = statements_for("")
 LEASE_MS = 60_000
 CLAIM_LIMIT = 10
 ER_LOCK_DEADLOCK = ER.LOCK_DEADLOCK
-SCENARIOS = ("raw", "enqueue", "drain", "runtime", "memory", "pickup", "idle", "latency")
+SCENARIOS = ("raw", "enqueue", "drain", "runtime", "memory", "pickup", "idle", "peers", "latency")
 COUNTERS = ("Questions", "Com_update", "Com_select", "Com_delete", "Com_insert", "Innodb_deadlocks")
 
 
@@ -51,6 +52,20 @@ RUNTIME_LABELS = {
     "16kv": "runtime drain: one `create_job_worker(workers=16, kv=...)`",
     "2x8": "runtime drain: 2 processes x `create_job_worker(workers=8)`",
 }
+
+
+def redis_reachable(url: str) -> str | None:
+    """The Redis for the wake-up scenario, if one answers there (the `redis` package installed)."""
+    if not url:
+        return None
+    try:
+        import redis
+
+        redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+    except Exception as error:
+        progress(f"no Redis at {url} ({error}): the RedisWakeups pickup is left out")
+        return None
+    return url
 
 
 def progress(message: str) -> None:
@@ -72,17 +87,19 @@ class Plan:
     runtime_jobs: int
     pickup_samples: int
     idle_seconds: float
+    peer_jobs: int
+    peer_reps: int
 
 
 FULL = Plan(
     reps=5, raw_seconds=3.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
     finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
-    runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0,
+    runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0, peer_jobs=3_000, peer_reps=3,
 )
 QUICK = Plan(
     reps=3, raw_seconds=2.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=5_000, drain_loops=(1, 4, 16),
     finished_rows=200_000, backlogs=(1_000, 10_000, 50_000), running_rows=(1_000,), latency_samples=200,
-    runtime_jobs=5_000, pickup_samples=20, idle_seconds=10.0,
+    runtime_jobs=5_000, pickup_samples=20, idle_seconds=10.0, peer_jobs=500, peer_reps=1,
 )
 
 
@@ -573,14 +590,25 @@ async def run(args: argparse.Namespace) -> int:
                 if "pickup" in only:
                     local: list[float] = []
                     remote: list[float] = []
-                    for rep in range(reps):
+                    redis_remote: list[float] = []
+                    redis_url = redis_reachable(args.redis)
+                    for rep in range(min(reps, 3)):  # each rep is `pickup_samples` waits of up to a poll
                         local += await runtime.pickup_local(pool, admin, plan.pickup_samples, rep)
                         remote += await runtime.pickup_remote(db_url, admin, plan.pickup_samples, rep)
-                        progress(f"pickup rep {rep + 1}/{reps}: same process p50 {runtime.p50(local):.1f} ms, "
-                                 f"other process p50 {runtime.p50(remote):.1f} ms")
+                        if redis_url:
+                            redis_remote += await runtime.pickup_remote(db_url, admin, plan.pickup_samples, rep,
+                                                                        redis_url=redis_url)
+                        progress(f"pickup rep {rep + 1}/{min(reps, 3)}: same process p50 {runtime.p50(local):.1f} ms, "
+                                 f"other process p50 {runtime.p50(remote):.1f} ms"
+                                 + (f", through Redis p50 {runtime.p50(redis_remote):.1f} ms" if redis_url else ""))
                     pickups = {"local": local, "remote": remote}
+                    if redis_remote:
+                        pickups["redis"] = redis_remote
                     for key, label in (("local", "pickup: enqueued by the worker's own process"),
-                                       ("remote", "pickup: enqueued by another process (poll_ms=1000)")):
+                                       ("remote", "pickup: enqueued by another process (poll_ms=1000)"),
+                                       ("redis", "pickup: enqueued by another process, `RedisWakeups`")):
+                        if key not in pickups:
+                            continue
                         values = pickups[key]
                         rows_out.append((f"{label}, {len(values)} jobs", "p50 / p99 ms",
                                          fmt(runtime.p50(values), 1), fmt(runtime.percentile(values, 99), 1)))
@@ -591,6 +619,49 @@ async def run(args: argparse.Namespace) -> int:
                                      "statements/s", fmt(idle_rate, 2), fmt(idle_rate, 2)))
             finally:
                 await close_pool(pool)
+
+        # The Python peers on the same server (and Redis), beside this package's runtime drain.
+        peer_runs: dict[str, list[peers.PeerResult]] = {}
+        aps_pickup: list[float] = []
+        if "peers" in only:
+            redis_url = redis_reachable(args.redis)
+            if not peers.apscheduler_available():
+                progress("APScheduler 4 is not installed (pip install -e '.[bench]'): left out")
+            else:
+                bench_url = server.with_database(database)
+                for rep in range(plan.peer_reps):
+                    r = await peers.apscheduler_drain(bench_url, admin, plan.peer_jobs, 16)
+                    peer_runs.setdefault("aps", []).append(r)
+                    progress(f"APScheduler 4 drain rep {rep + 1}/{plan.peer_reps}: {r.jobs_per_s:,.0f} jobs/s, "
+                             f"{r.statements_per_job:.2f} statements/job, exactly-once "
+                             f"{'ok' if r.exactly_once else 'BROKEN ' + r.detail}")
+                aps_pickup = await peers.apscheduler_pickup(bench_url, plan.pickup_samples)
+                progress(f"APScheduler 4 pickup p50 {runtime.p50(aps_pickup):.1f} ms")
+            if peers.arq_available(redis_url):
+                assert redis_url is not None
+                for rep in range(plan.peer_reps):
+                    for key, delay in (("arq", 0.5), ("arq10", 0.01)):
+                        r = await peers.arq_drain(redis_url, plan.peer_jobs, 16, poll_delay=delay)
+                        peer_runs.setdefault(key, []).append(r)
+                        progress(f"arq (poll_delay {delay}s) drain rep {rep + 1}/{plan.peer_reps}: "
+                                 f"{r.jobs_per_s:,.0f} jobs/s, exactly-once {'ok' if r.exactly_once else 'BROKEN'}")
+            labels = {
+                "aps": "APScheduler 4.0.0a6, SQLAlchemy store on this server, role=worker, 16 slots",
+                "arq": "arq on Redis (in memory), max_jobs=16, its default poll_delay 0.5 s",
+                "arq10": "arq on Redis (in memory), max_jobs=16, poll_delay 10 ms",
+            }
+            for key, results in peer_runs.items():
+                name = f"peer drain {plan.peer_jobs:,}: {labels[key]}"
+                lo, med = summary([r.jobs_per_s for r in results])
+                rows_out.append((name, "jobs/s", fmt(lo), fmt(med)))
+                spj = [r.statements_per_job for r in results if r.statements_per_job is not None]
+                if spj:
+                    lo, med = summary(spj)
+                    rows_out.append((name, "statements/job", fmt(lo, 2), fmt(med, 2)))
+            if aps_pickup:
+                rows_out.append((f"pickup: APScheduler 4, add_job in the worker's process, {len(aps_pickup)} jobs",
+                                 "p50 / p99 ms", fmt(runtime.p50(aps_pickup), 1),
+                                 fmt(runtime.percentile(aps_pickup, 99), 1)))
 
         # 4: claim latency over a big finished table
         latency: dict[str, tuple[float, float]] = {}
@@ -690,12 +761,35 @@ async def run(args: argparse.Namespace) -> int:
                           f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.1f}x")
         if memory_rates:
             report.target("exactly-once in every memory drain", memory_ok, "every rep" if memory_ok else "BROKEN")
+        if peer_runs.get("aps") and runtimes["16"]:
+            ours = statistics.median(r.jobs_per_s for r in runtimes["16"])
+            theirs = statistics.median(r.jobs_per_s for r in peer_runs["aps"])
+            report.target("runtime drain >= 5 x APScheduler 4's (16 slots each, same server)", ours >= 5 * theirs,
+                          f"{ours:,.0f} / {theirs:,.0f} = {ours / theirs:.1f}x")
+            our_spj = statistics.median(r.statements_per_job for r in runtimes["16"])
+            aps_spj = statistics.median(r.statements_per_job or 0.0 for r in peer_runs["aps"])
+            report.target("fewer statements per job than APScheduler 4", our_spj < aps_spj,
+                          f"{our_spj:.2f} vs {aps_spj:.2f}")
+        for key in ("arq", "arq10"):
+            if peer_runs.get(key) and runtimes["16"]:
+                ours = statistics.median(r.jobs_per_s for r in runtimes["16"])
+                theirs = statistics.median(r.jobs_per_s for r in peer_runs[key])
+                delay = "0.5 s (default)" if key == "arq" else "10 ms"
+                report.target(f"runtime drain >= arq on Redis, poll_delay {delay}", ours >= theirs,
+                              f"{ours:,.0f} / {theirs:,.0f} = {ours / theirs:.2f}x")
+        broken_peers = [r.detail for results in peer_runs.values() for r in results if not r.exactly_once]
+        if peer_runs:
+            report.target("exactly-once in every peer drain", not broken_peers, "; ".join(broken_peers) or "every rep")
         if pickups:
             local_p50, remote_p50 = runtime.p50(pickups["local"]), runtime.p50(pickups["remote"])
             report.target("pickup p50, enqueued by the same process, <= 20 ms", local_p50 <= 20,
                           f"{local_p50:.1f} ms")
             report.target("pickup p50, enqueued by another process, <= poll_ms/2 + 50 ms = 550 ms",
                           remote_p50 <= 550, f"{remote_p50:.1f} ms")
+            if "redis" in pickups:
+                redis_p50 = runtime.p50(pickups["redis"])
+                report.target("pickup p50 across processes with RedisWakeups <= 30 ms", redis_p50 <= 30,
+                              f"{redis_p50:.1f} ms")
         if idle_rate is not None:
             report.target("an idle replica costs <= 2 statements/s", idle_rate <= 2, f"{idle_rate:.2f}")
         if latency:
@@ -797,6 +891,8 @@ def main() -> int:
     parser.add_argument("--loops", default="", help="drain claim loops, comma list (default 1,4,16)")
     parser.add_argument("--reps", type=int, default=0, help="override the repetitions")
     parser.add_argument("--drain-jobs", type=int, default=0, help="override the drain size")
+    parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+                        help="Redis for the RedisWakeups pickup scenario ('' leaves it out)")
     parser.add_argument("--runtime-jobs", type=int, default=0, help="override the runtime drain size")
     parser.add_argument("--finished", type=int, default=0, help="override the finished rows for latency")
     return asyncio.run(run(parser.parse_args()))

@@ -173,11 +173,23 @@ async def pickup_local(pool: Any, admin: Any, samples: int, rep: int) -> list[fl
     return out
 
 
-async def pickup_remote(url: str, admin: Any, samples: int, rep: int) -> list[float]:
-    """ms from another process's `enqueue` returning to the handler starting here (default poll_ms)."""
+def _wakeups(redis_url: str | None, prefix: str) -> Any:
+    if not redis_url:
+        return None
+    from plitzi_jobs_mysql.redis_wakeups import RedisWakeups
+
+    return RedisWakeups(redis_url, channel_prefix=prefix)
+
+
+async def pickup_remote(url: str, admin: Any, samples: int, rep: int, redis_url: str | None = None) -> list[float]:
+    """ms from another process's `enqueue` returning to the handler starting here (default poll_ms); with
+    `redis_url`, both sides wake each other through Redis pub/sub."""
     admin.run(f"TRUNCATE TABLE `{JOBS}`")
+    prefix = f"bench-{os.getpid()}-{rep}:"
+    extra = ["--redis", redis_url, "--channel-prefix", prefix] if redis_url else []
     child = subprocess.Popen(  # noqa: ASYNC220 - started before the timing
-        [sys.executable, os.path.join(HERE, "runtime.py"), "--child", "pickup", "--url", url, "--slots", "4"],
+        [sys.executable, os.path.join(HERE, "runtime.py"), "--child", "pickup", "--url", url, "--slots", "4",
+         *extra],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     out: list[float] = []
@@ -186,8 +198,9 @@ async def pickup_remote(url: str, admin: Any, samples: int, rep: int) -> list[fl
         if child.stdout.readline().strip() != "ready":
             raise RuntimeError("the pickup process did not start")
         pool = await aiomysql.create_pool(minsize=1, maxsize=2, autocommit=True, **_kwargs(url))
+        wakeups = _wakeups(redis_url, prefix)
         try:
-            queue = create_mysql_job_queue(pool)
+            queue = create_mysql_job_queue(pool, wakeups=wakeups)
             now = int((await queue.now()).timestamp() * 1000)
             phase = random.Random(rep)
             await asyncio.sleep(phase.uniform(0, 1.0))
@@ -200,6 +213,8 @@ async def pickup_remote(url: str, admin: Any, samples: int, rep: int) -> list[fl
                 # A uniformly random phase against the worker's poll: a fixed pause would lock onto it.
                 await asyncio.sleep(phase.uniform(0, 1.0))
         finally:
+            if wakeups is not None:
+                await wakeups.close()
             pool.close()
             await pool.wait_closed()
         child.stdin.write("stop\n")
@@ -260,11 +275,12 @@ def _kwargs(url: str) -> dict[str, Any]:
     return dict(parse_mysql_url(url).aiomysql_kwargs())
 
 
-async def _child(mode: str, url: str, slots: int) -> None:
+async def _child(mode: str, url: str, slots: int, redis_url: str | None, prefix: str) -> None:
     pool = await aiomysql.create_pool(minsize=1, maxsize=max(slots, 4), autocommit=True, **_kwargs(url))
     loop = asyncio.get_running_loop()
+    wakeups = _wakeups(redis_url, prefix)
     try:
-        queue = create_mysql_job_queue(pool)
+        queue = create_mysql_job_queue(pool, wakeups=wakeups)
         await queue.now()
         seen: set[str] = set()
         twice = 0
@@ -279,6 +295,10 @@ async def _child(mode: str, url: str, slots: int) -> None:
             return None
 
         worker = create_job_worker(queue=queue, handler=handler, workers=slots)
+        if mode == "pickup":
+            worker.start()
+            if wakeups is not None:
+                await wakeups.listening()
         print("ready", flush=True)
         if mode == "drain":
             await loop.run_in_executor(None, sys.stdin.readline)  # go
@@ -288,6 +308,8 @@ async def _child(mode: str, url: str, slots: int) -> None:
         if mode == "drain":
             print(json.dumps({"handled": len(seen), "twice": twice}), flush=True)
     finally:
+        if wakeups is not None:
+            await wakeups.close()
         pool.close()
         await pool.wait_closed()
 
@@ -297,8 +319,10 @@ def main() -> None:
     parser.add_argument("--child", choices=("drain", "pickup"), required=True)
     parser.add_argument("--url", required=True)
     parser.add_argument("--slots", type=int, default=8)
+    parser.add_argument("--redis", default="")
+    parser.add_argument("--channel-prefix", default="plitzi-jobs:wake:")
     args = parser.parse_args()
-    asyncio.run(_child(args.child, args.url, args.slots))
+    asyncio.run(_child(args.child, args.url, args.slots, args.redis or None, args.channel_prefix))
 
 
 if __name__ == "__main__":
