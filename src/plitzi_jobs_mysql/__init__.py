@@ -40,6 +40,7 @@ from .records import (
 from .scheduler import Scheduler, create_scheduler
 from .schedules import ActionEntry, ActionLookups, ScheduleTrigger, schedule_for, schedule_job_id
 from .signals import close_on_signals
+from .wakeups import LocalWakeups, WakeupChannel
 from .worker import JobWorker, PermanentFailure, RetryLater, create_job_worker
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "JobWorker",
     "KvRowLockedError",
     "KvStore",
+    "LocalWakeups",
     "MissedFires",
     "MysqlJobQueue",
     "MysqlKv",
@@ -73,6 +75,7 @@ __all__ = [
     "StoreClock",
     "StoreUnavailableError",
     "SweepResult",
+    "WakeupChannel",
     "close_on_signals",
     "create_action_jobs",
     "create_job_worker",
