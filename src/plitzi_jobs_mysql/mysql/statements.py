@@ -310,6 +310,7 @@ def statements_for(prefix: str) -> Statements:
         kv_insert_absent=f"INSERT INTO {kv} (k, v, expires_at) VALUES {{values}} ON DUPLICATE KEY UPDATE k = k",
         kv_holders=f"SELECT k, v FROM {kv} WHERE k IN %s AND {live}",
         # Deletes each key only while it still holds the value given with it (an OR of primary-key lookups).
-        kv_delete_unchanged_one=f"(k = %s AND {same_value})",
+        # The values here are a worker's short tokens, sent whole and compared as bytes (PAD SPACE would not do).
+        kv_delete_unchanged_one="(k = %s AND CAST(v AS BINARY) = CAST(%s AS BINARY))",
         kv_delete_unchanged=f"DELETE FROM {kv} WHERE ",
     )
