@@ -209,6 +209,16 @@ class MysqlJobQueue:
         candidates = [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
         return sorted(candidates, key=lambda r: (r[1], r[0]))
 
+    def _cas_room(self) -> int:
+        """How many compare-and-sets to send side by side: no more than the pool can lend at once without
+        waiting, less one, so the settles of jobs already running are not queued behind a claim."""
+        pool = self._store.pool
+        try:
+            idle = int(pool.freesize) + int(pool.maxsize) - int(pool.size)
+        except (AttributeError, TypeError, ValueError):  # not an aiomysql pool: no way to tell
+            return CAS_IN_FLIGHT
+        return max(1, min(CAS_IN_FLIGHT, idle - 1))
+
     async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool:
         """One compare-and-set on its own borrowed connection: True when this claimer won the job."""
         statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
@@ -249,7 +259,7 @@ class MysqlJobQueue:
             # by the next ones, so no more than `limit` are ever won.
             waiting = list(candidates)
             while waiting and len(won) < limit and failure is None:
-                batch = waiting[: min(limit - len(won), CAS_IN_FLIGHT)]
+                batch = waiting[: min(limit - len(won), self._cas_room())]
                 del waiting[: len(batch)]
                 results = await asyncio.gather(
                     *(self._take(seq, lapsed, worker_id, lease_ms, now, started) for seq, _run_at, lapsed in batch),
