@@ -10,6 +10,7 @@ to stderr through `logging`, never prints.
 Flags (defaults in brackets):
 
     --url URL                 the database (else $PLITZI_MYSQL_URL)
+    --ledger-url URL          where the ledger handler writes, on a pool of its own [--url, the package's pool]
     --prefix P                table prefix of the queue, kv and ledger tables [""]
     --workers N               handlers run at once; 0 claims nothing [4]
     --lease-ms MS             lease of a claim [30000]
@@ -201,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
         description="One replica of a deployment: scheduler and worker over a MySQL queue, handlers writing a ledger.",
     )
     parser.add_argument("--url", default=os.environ.get(ENV_URL, ""), help=f"database URL (else ${ENV_URL})")
+    parser.add_argument("--ledger-url", default="", help="the ledger's database, on a pool of its own")
     parser.add_argument("--prefix", default="", help="table prefix")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--lease-ms", type=int, default=30_000)
@@ -388,12 +390,18 @@ async def _run(args: argparse.Namespace) -> None:
     spaces = [int(part) for part in args.spaces.split(",") if part.strip()]
     pool_size = args.pool_size or args.workers + 4
     pool = await aiomysql.create_pool(**url.aiomysql_kwargs(), minsize=1, maxsize=pool_size, autocommit=True)
-    async with pool.acquire() as conn, conn.cursor() as cur:
+    # A separate ledger pool keeps the record of runs out of reach of faults aimed at the package's connections.
+    ledger_pool = pool
+    if args.ledger_url:
+        ledger_pool = await aiomysql.create_pool(
+            **parse_mysql_url(args.ledger_url).aiomysql_kwargs(), minsize=1, maxsize=pool_size, autocommit=True
+        )
+    async with ledger_pool.acquire() as conn, conn.cursor() as cur:
         await cur.execute(LEDGER_DDL.format(prefix=args.prefix))
     queue = _FireCountingQueue(pool, table_prefix=args.prefix)
     kv = create_mysql_kv(pool, table_prefix=args.prefix) if args.kv else None
     worker_id = args.worker_id or f"replica:{os.getpid()}"
-    handler = _ledger_handler(pool, args.prefix, worker_id) if args.handler == "ledger" else _noop
+    handler = _ledger_handler(ledger_pool, args.prefix, worker_id) if args.handler == "ledger" else _noop
     jobs = create_action_jobs(
         lookups=_Lookups(schedules),
         handler=handler,
@@ -413,8 +421,9 @@ async def _run(args: argparse.Namespace) -> None:
 
     async def after_close() -> None:
         logger.info("fires: enqueued=%d duplicates=%d", queue.enqueued, queue.duplicates)
-        pool.close()
-        await pool.wait_closed()
+        for opened in {id(pool): pool, id(ledger_pool): ledger_pool}.values():
+            opened.close()
+            await opened.wait_closed()
 
     close_on_signals(jobs, after_close=after_close)
     jobs.start()
