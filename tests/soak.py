@@ -35,8 +35,8 @@ from typing import Any
 import aiomysql
 import pymysql
 
-from plitzi_jobs_mysql import JobInput, create_mysql_job_queue
-from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
+from plitzi_jobs_mysql import JobInput, ScheduleInput, create_mysql_job_queue
+from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
 from tests.replica import ensure_ledger, read_ledger, spawn_replica
 
@@ -47,6 +47,18 @@ CONFLICT_MARKERS = ("1213", "1205", "Deadlock", "Lock wait", "deadlock", "lock w
 #: Memory may grow this much between the first and the last samples of a process and still count as flat.
 RSS_SLACK_KB = 40 * 1024
 RSS_SLACK_RATIO = 1.35
+#: After a fault: how long past one lease a busy 2-core machine may take to hand an orphan on (a claim poll, a
+#: loaded server).
+ORPHAN_SLACK_S = 3.0
+#: A space no scheduler reconciles: its one schedule, due when a fault ends, shows the sweep recovered.
+PROBE_SPACE = 9
+#: Logged errors and warnings a process may write per injected fault (plus a fixed allowance): more is a storm.
+LOG_LINES_PER_FAULT = 4
+LOG_LINES_FIXED = 40
+LOG_LINES_PER_DOWN_S = 10
+#: What the runtime lets escape, as opposed to what it logs and survives.
+ESCAPE_MARKERS = ("Task exception was never retrieved", "Exception in callback", "the replica failed",
+                  "Unhandled exception", "was never awaited")
 
 # What a job's input asks its handler to do, and the status the rules then give the job.
 KINDS = [
@@ -64,6 +76,21 @@ class Soak:
     seconds: float
     logs: Path
     out: Any = sys.stdout
+    #: The URL the package's connections use (the processes' queue and kv, the producers), when faults are aimed
+    #: at them: through the fault proxy, or as a user of its own. `url` stays the clean line the ledger and the
+    #: checker use. None: `url` for everything.
+    package_url: str | None = None
+    workers: int = WORKERS
+    slots: int = SLOTS
+    schedulers: int = SCHEDULERS
+    producers: int = PRODUCERS
+    operator: bool = True
+    lease_ms: int = LEASE_MS
+    #: Stop producing after this many jobs (else after `seconds`, which then stays the ceiling).
+    target_jobs: int | None = None
+    #: A fault injected while the load runs (tests/faults.py); with one, the checker also expects lost attempts
+    #: and logged connection errors, and checks the recovery instead.
+    fault: Any = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     expected: dict[str, str] = field(default_factory=dict)
     specs: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -72,6 +99,13 @@ class Soak:
     errors: list[str] = field(default_factory=list)
     rss: dict[str, list[int]] = field(default_factory=lambda: collections.defaultdict(list))
     report: dict[str, Any] = field(default_factory=dict)
+    retried_batches: set[str] = field(default_factory=set)
+    client_errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    fault_ended_at: Any = None  # the server's clock when the fault stopped
+
+    @property
+    def package(self) -> str:
+        return self.package_url or self.url
 
     def say(self, line: str) -> None:
         print(f"[soak {time.strftime('%H:%M:%S')}] {line}", file=self.out, flush=True)
@@ -79,17 +113,18 @@ class Soak:
     # -- the processes ----------------------------------------------------------------------------------------
 
     def start_processes(self) -> None:
-        common = {"log_level": "INFO", "backoff_base_ms": 200, "backoff_max_ms": 1_000, "max_attempts": 3}
-        for n in range(WORKERS):
+        common = {"log_level": "INFO", "backoff_base_ms": 200, "backoff_max_ms": 1_000, "max_attempts": 3,
+                  "ledger_url": self.url if self.package_url else None}
+        for n in range(self.workers):
             name = f"worker-{n + 1}"
             self.procs[name] = spawn_replica(
-                self.url, log_path=self.logs / f"{name}.log", worker_id=name, workers=SLOTS, produce=False,
-                kv=True, lease_ms=LEASE_MS, poll_ms=200, **common,
+                self.package, log_path=self.logs / f"{name}.log", worker_id=name, workers=self.slots,
+                produce=False, kv=True, lease_ms=self.lease_ms, poll_ms=200, **common,
             )
-        for n in range(SCHEDULERS):
+        for n in range(self.schedulers):
             name = f"scheduler-{n + 1}"
             self.procs[name] = spawn_replica(
-                self.url, log_path=self.logs / f"{name}.log", worker_id=name, workers=0, produce=True,
+                self.package, log_path=self.logs / f"{name}.log", worker_id=name, workers=0, produce=True,
                 schedule_poll_ms=500, spaces=list(SPACES), schedule={"tick": "* * * * *", "tock": "*/2 * * * *"},
                 **common,
             )
@@ -119,24 +154,57 @@ class Soak:
     async def produce(self, queue: Any, producer: int, until: float, counter: itertools.count[int]) -> None:
         rng = random.Random(producer)
         weights = [k[2] for k in KINDS]
-        while time.monotonic() < until:
+        while time.monotonic() < until and not self.produced_enough():
             batch = []
             for _ in range(rng.randint(1, 6)):
                 spec, expect, _ = rng.choices(KINDS, weights)[0]
                 job_id = f"p{producer}-{next(counter):06d}"
-                data = {**spec, "sleep_ms": rng.choice([0, 10, 50, 200, 600])}
+                # Under a fault, short runs: the point is many claims and settles crossing the faults.
+                data = {**spec, "sleep_ms": rng.choice([0, 10, 50, 200, 600] if self.fault is None else
+                                                       [0, 0, 5, 20, 50])}
                 batch.append(JobInput(id=job_id, space_id=rng.choice(SPACES), action_id=f"act-{rng.randint(1, 5)}",
                                       environment="main", trigger="manual", input=data, due_at=0,
                                       max_attempts=3, key=f"k{rng.randint(1, 3)}"))
                 self.expected[job_id] = expect
                 self.specs[job_id] = spec
+            if self.fault is None:
+                try:
+                    answers = await queue.enqueue_many(batch)
+                    if answers != [True] * len(batch):
+                        self.errors.append(f"producer {producer}: a fresh id was not created: {answers}")
+                except Exception as error:
+                    self.errors.append(f"producer {producer}: {error!r}")
+                await asyncio.sleep(rng.uniform(0.05, 0.2))
+            else:
+                await self.enqueue_through_faults(queue, producer, batch)
+                await asyncio.sleep(rng.uniform(0.01, 0.05))
+
+    def produced_enough(self) -> bool:
+        if self.fault is not None and not self.fault.satisfied():
+            return False
+        return self.target_jobs is not None and len(self.expected) >= self.target_jobs
+
+    async def enqueue_through_faults(self, queue: Any, producer: int, batch: list[JobInput]) -> None:
+        """As a user would under faults: the same batch again until it is in. A retry may find ids its failed
+        attempt had written (the reply was lost, not the write): answered False then, and only then."""
+        for tries in itertools.count(1):
             try:
                 answers = await queue.enqueue_many(batch)
-                if answers != [True] * len(batch):
-                    self.errors.append(f"producer {producer}: a fresh id was not created: {answers}")
             except Exception as error:
-                self.errors.append(f"producer {producer}: {error!r}")
-            await asyncio.sleep(rng.uniform(0.05, 0.2))
+                self.client_errors[client_error_kind(error)] += 1
+                if not fault_error(error):
+                    self.errors.append(f"producer {producer}: an unexpected error under faults: {error!r}")
+                if tries >= 200:
+                    self.errors.append(f"producer {producer}: a batch could not be enqueued in 200 tries")
+                    return
+                self.retried_batches.update(job.id for job in batch)
+                await asyncio.sleep(0.05)
+                continue
+            stray = [job.id for job, created in zip(batch, answers, strict=True)
+                     if not created and job.id not in self.retried_batches]
+            if stray:
+                self.errors.append(f"producer {producer}: fresh ids not created on a first try: {stray}")
+            return
 
     async def operate(self, queue: Any, until: float) -> None:
         rng = random.Random(99)
@@ -160,43 +228,127 @@ class Soak:
 
     async def progress(self, queue: Any, until: float) -> None:
         started = time.monotonic()
-        while time.monotonic() < until:
+        while time.monotonic() < until and not self.produced_enough():
             self.sample_rss()
             counts = await status_counts(queue)
             rss = " ".join(f"{n.split('-')[0][0]}{n.split('-')[1]}={v[-1] // 1024}M" for n, v in self.rss.items()
                            if v)
             self.say(f"t={time.monotonic() - started:5.0f}s jobs={sum(counts.values())} {dict(counts)} rss {rss}")
-            await asyncio.sleep(min(5.0, max(0.5, until - time.monotonic())))
+            for _ in range(int(min(5.0, max(0.5, until - time.monotonic())) / 0.25)):
+                if self.produced_enough():
+                    break
+                await asyncio.sleep(0.25)
+
+    async def after_fault(self, queue: Any) -> None:
+        """Once the fault stops: every orphan (a job left running by a claim, heartbeat or settle the fault cut
+        short) is taken over within one lease; each worker process runs jobs again and a scheduler fires again,
+        each by itself, with nothing restarted."""
+        ended = await queue.now()
+        self.fault_ended_at = ended.replace(tzinfo=None)
+        self.report["fault"] = {"name": self.fault.name, "injected": dict(self.fault.injected),
+                                "client_errors": dict(self.client_errors)}
+        snapshot = {row[0]: (row[1], row[2]) for row in await asyncio.to_thread(
+            self.fetch, "SELECT id, attempts, worker_id FROM action_jobs WHERE status = 'running'")}
+        started = time.monotonic()
+        bound = self.lease_ms / 1000 + ORPHAN_SLACK_S
+        slowest = 0.0
+        while snapshot:
+            rows = await asyncio.to_thread(
+                self.fetch, "SELECT id, attempts, worker_id, status FROM action_jobs WHERE id IN %s", (list(snapshot),))
+            still = {r[0] for r in rows if r[3] == "running" and (r[1], r[2]) == snapshot[r[0]]}
+            slowest = time.monotonic() - started
+            snapshot = {k: v for k, v in snapshot.items() if k in still}
+            if snapshot and slowest > bound:
+                self.errors.append(f"{len(snapshot)} jobs running when the fault ended were not taken over or "
+                                   f"finished within one lease ({self.lease_ms} ms + {ORPHAN_SLACK_S} s), e.g. "
+                                   f"{sorted(snapshot)[:3]}")
+                break
+            await asyncio.sleep(0.1)
+        self.report["fault"]["running_at_end_settled_within_s"] = round(slowest, 1)
+        # The same processes take new work and fire a due schedule, on their own.
+        probes = []
+        for n in range(self.workers * self.slots * 4):
+            job_id = f"recovery-{n:04d}"
+            probes.append(JobInput(id=job_id, space_id=SPACES[0], action_id="recovery", environment="main",
+                                   trigger="manual", input={"sleep_ms": 300}, due_at=0, max_attempts=3))
+            self.expected[job_id] = "succeeded"
+            self.specs[job_id] = {}
+        await queue.enqueue_many(probes)
+        if self.schedulers:
+            now = int(ended.timestamp() * 1000)
+            await queue.put_schedules(space_id=PROBE_SPACE, schedules=[ScheduleInput(
+                space_id=PROBE_SPACE, action_id="recovery", cron="0 0 1 1 *", environment="main", enabled=True,
+                next_run_at=now - 60_000, max_attempts=3)])
+            asked = time.monotonic()
+            deadline = asked + 30
+            while not await asyncio.to_thread(
+                    self.fetch, "SELECT 1 FROM action_jobs WHERE space_id = %s AND `trigger` = 'schedule'",
+                    (PROBE_SPACE,)):
+                if time.monotonic() > deadline:
+                    self.errors.append("no scheduler swept a due schedule within 30 s after the fault ended")
+                    break
+                await asyncio.sleep(0.2)
+            self.report["fault"]["due_schedule_fired_within_s"] = round(time.monotonic() - asked, 1)
+
+    def fetch(self, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
+        conn = pymysql.connect(**parse_mysql_url(self.url).pymysql_kwargs(), autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement, args)
+                return [tuple(v.decode() if isinstance(v, bytes) else v for v in row) for row in cur.fetchall()]
+        finally:
+            conn.close()
 
     async def run(self) -> bool:
         ensure_ledger(self.url)
         kwargs = parse_mysql_url(self.url).aiomysql_kwargs()
         pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=8, autocommit=True)
+        package_pool = pool
+        if self.package_url:
+            package_pool = await aiomysql.create_pool(
+                **parse_mysql_url(self.package_url).aiomysql_kwargs(), minsize=1, maxsize=4, autocommit=True,
+                connect_timeout=5,
+            )
         try:
             queue = create_mysql_job_queue(pool)
             await queue.now()  # the tables, before the processes race to make them
+            producing_queue = create_mysql_job_queue(package_pool) if package_pool is not pool else queue
             self.start_processes()
-            self.say(f"{WORKERS} workers x {SLOTS} slots, {SCHEDULERS} schedulers, {PRODUCERS} producers, operator; "
-                     f"{self.seconds:.0f} s against {parse_mysql_url(self.url)}")
+            what = f"{self.target_jobs} jobs, at most " if self.target_jobs else ""
+            self.say(f"{self.workers} workers x {self.slots} slots, {self.schedulers} schedulers, {self.producers} "
+                     f"producers{', operator' if self.operator else ''}; {what}{self.seconds:.0f} s against "
+                     f"{parse_mysql_url(self.url)}" + (f"; fault: {self.fault.name}" if self.fault else ""))
             started = time.monotonic()
             until = started + self.seconds
             counter = itertools.count()
-            await asyncio.gather(
-                *(self.produce(queue, p, until, counter) for p in range(PRODUCERS)),
-                self.operate(queue, until), self.progress(queue, until),
-            )
+            loads = [*(self.produce(producing_queue, p, until, counter) for p in range(self.producers)),
+                     self.progress(queue, until)]
+            if self.operator:
+                loads.append(self.operate(queue, until))
+            fault_task = asyncio.create_task(self.fault.inject(self)) if self.fault else None
+            try:
+                await asyncio.gather(*loads)
+            finally:
+                if fault_task is not None:
+                    self.fault.stop()
+                    await fault_task
+            load_ended = time.monotonic()
+            self.report["load_s"] = round(load_ended - started, 1)
+            if self.fault is not None:
+                await self.after_fault(queue)
             self.say("load stopped; waiting for the queue to drain")
             drain_deadline = time.monotonic() + 120
             while True:
                 self.sample_rss()
-                counts = await status_counts(queue)
-                if counts.get("pending", 0) + counts.get("running", 0) == 0:
+                # One read for both: a job counted by neither of two reads (running, then pending again after a
+                # failed attempt) would end the wait early.
+                if not (await asyncio.to_thread(self.fetch, UNFINISHED))[0][0]:
                     break
                 if time.monotonic() > drain_deadline:
-                    self.errors.append(f"the queue did not drain within 120 s: {dict(counts)}")
+                    self.errors.append(f"the queue did not drain within 120 s: {dict(await status_counts(queue))}")
                     break
                 await asyncio.sleep(0.5)
-            self.report["drain_s"] = round(time.monotonic() - until, 1)
+            self.report["drain_s"] = round(time.monotonic() - min(until, load_ended), 1)
             codes = self.stop_processes()
             bad = {n: c for n, c in codes.items() if c != 0}
             if bad:
@@ -204,8 +356,9 @@ class Soak:
             self.check()
         finally:
             self.stop_processes()
-            pool.close()
-            await pool.wait_closed()
+            for opened in {id(pool): pool, id(package_pool): package_pool}.values():
+                opened.close()
+                await opened.wait_closed()
         for line in self.errors:
             self.say("FAIL " + line)
         self.say(("OK " if not self.errors else "FAILED ") + json.dumps(self.report, default=str))
@@ -244,22 +397,35 @@ class Soak:
                 continue
             status = row[1]
             outcomes[status] += 1
-            allowed = {expect} | ({"cancelled"} if job_id in self.cancelled else set())
-            if status not in allowed:
-                wrong.append((job_id, status, sorted(allowed), [h["status"] for h in json.loads(row[4])]))
             history = json.loads(row[4])
+            lost_here = sum(1 for h in history if h["status"] == "lost")
+            allowed = {expect} | ({"cancelled"} if job_id in self.cancelled else set())
+            if lost_here and len(history) >= int(row[3]):
+                allowed.add("dead")  # a fault cost it attempts: out of attempts is the rule then
+            if status not in allowed:
+                wrong.append((job_id, status, sorted(allowed), [h["status"] for h in history]))
             if status == "succeeded" and (not history or history[-1]["status"] != "succeeded"):
                 wrong.append((job_id, status, "history does not end in success", history))
             if status == "dead" and job_id not in self.requeued:
-                want = 1 if self.specs[job_id].get("fail") == "permanent" else 3
-                if len(history) != want:
-                    wrong.append((job_id, status, f"{len(history)} attempts, wanted {want}", history))
+                if self.specs[job_id].get("fail") == "permanent":
+                    ok = history[-1]["status"] == "failed" and len(history) == lost_here + 1
+                else:
+                    ok = len(history) == int(row[3])
+                if not ok:
+                    wrong.append((job_id, status, f"{len(history)} attempts against the rules", history))
         if wrong:
             self.errors.append(f"{len(wrong)} jobs ended in a state the rules do not give them, e.g. {wrong[:3]}")
         # No lost attempts without a kill: nothing was killed in the soak.
         lost = [k for k, r in jobs.items() if any(h["status"] == "lost" for h in json.loads(r[4]))]
-        if lost:
+        if lost and self.fault is None:
             self.errors.append(f"{len(lost)} jobs have lost attempts though no process died, e.g. {lost[:5]}")
+        # A job runs to success once; again only after a lost attempt (its settle could not be written while the
+        # lease held) or an operator's requeue.
+        reruns = [k for k, v in runs.items() if [r.outcome for r in v].count("succeeded") > 1]
+        unexplained = [k for k in reruns if k not in lost and k not in self.requeued]
+        if unexplained:
+            self.errors.append(f"{len(unexplained)} jobs ran to success twice with no lost attempt or requeue, e.g. "
+                               f"{unexplained[:3]}")
         # None ran twice at once, and every run came to an end.
         overlaps, unfinished = [], [r for r in ledger if r.ended_at is None]
         for job_id, job_runs in runs.items():
@@ -296,8 +462,32 @@ class Soak:
         if conflicts:
             self.errors.append(f"{len(conflicts)} deadlock/lock-wait errors reached a caller, e.g. {conflicts[:3]}")
         tracebacks = sum(log.read_text(errors="replace").count("Traceback") for log in self.logs.glob("*.log"))
-        if tracebacks:
-            self.errors.append(f"{tracebacks} tracebacks in the processes' logs ({self.logs})")
+        logged: dict[str, int] = {}
+        if self.fault is None:
+            if tracebacks:
+                self.errors.append(f"{tracebacks} tracebacks in the processes' logs ({self.logs})")
+        else:
+            # Under a fault the runtime logs what it survived (with its traceback); nothing may escape it, and the
+            # volume stays proportional to the faults, not to time spent retrying.
+            injected = sum(self.fault.injected.values())
+            # A failing call is logged once per try, and the worker tries a claim every poll (200 ms here): a store
+            # down for everyone costs lines in proportion to how long, never a hot loop.
+            budget = int(LOG_LINES_PER_FAULT * injected + LOG_LINES_PER_DOWN_S * self.fault.down_seconds()
+                         + LOG_LINES_FIXED)
+            for log in sorted(self.logs.glob("*.log")):
+                text = log.read_text(errors="replace")
+                escaped = [m for m in ESCAPE_MARKERS if m in text]
+                if escaped:
+                    self.errors.append(f"{log.name}: escaped the runtime: {escaped} ({log})")
+                logged[log.stem] = sum(1 for line in text.splitlines() if " ERROR " in line or " WARNING " in line)
+                if logged[log.stem] > budget:
+                    self.errors.append(f"{log.name}: {logged[log.stem]} error/warning lines for {injected} faults "
+                                       f"(budget {budget})")
+            # Each worker process ran work handed out after the fault, by itself.
+            recovered = {r.worker_id for r in ledger if r.job_id.startswith("recovery-")}
+            idle = {n for n in self.procs if n.startswith("worker-")} - recovered
+            if idle:
+                self.errors.append(f"worker processes that ran nothing after the fault ended: {sorted(idle)}")
         # Memory stayed flat: the last samples against the first ones after start-up.
         growth = {}
         for name, samples in self.rss.items():
@@ -312,7 +502,23 @@ class Soak:
             "jobs": len(self.expected), "outcomes": dict(outcomes), "runs": len(ledger),
             "cancel_accepted": len(self.cancelled), "requeued": sum(self.requeued.values()),
             "schedule_fires": sum(len(v) for v in fires.values()), "rss_mb_first_last": growth,
+            "lost_attempts": sum(sum(1 for h in json.loads(jobs[k][4]) if h["status"] == "lost") for k in lost),
+            "reruns": len(reruns), "logged_errors": logged, "tracebacks_logged": tracebacks,
         })
+
+def fault_error(error: BaseException) -> bool:
+    """An error a caller may see while the line or the server is faulty: a MySQL error (lost connection, killed
+    query, read-only server) or a connection error; never a ValueError, a TypeError or a wrong answer."""
+    return isinstance(error, (pymysql.err.MySQLError, ConnectionError, OSError, asyncio.TimeoutError))
+
+
+def client_error_kind(error: BaseException) -> str:
+    code = error.args[0] if isinstance(error, pymysql.err.MySQLError) and error.args else None
+    return f"{type(error).__name__}:{code}" if isinstance(code, int) else type(error).__name__
+
+
+UNFINISHED = "SELECT COUNT(*) FROM action_jobs WHERE status IN ('pending', 'running')"
+
 
 async def status_counts(queue: Any) -> collections.Counter[str]:
     counts: collections.Counter[str] = collections.Counter()
@@ -331,12 +537,32 @@ def soak_database(url: str | None) -> Iterator[str]:
         yield stack.enter_context(fresh_database(server, "pjm_soak"))
 
 
-def run_soak(url: str, seconds: float, logs: Path | None = None, out: Any = sys.stdout) -> Soak:
+def run_soak(url: str, seconds: float, logs: Path | None = None, out: Any = sys.stdout, **options: Any) -> Soak:
     with contextlib.ExitStack() as stack:
         directory = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="plitzi-soak-")))
-        soak = Soak(url=url, seconds=seconds, logs=directory, out=out)
+        fault = options.get("fault")
+        if fault is not None:
+            stack.callback(fault.close)
+            options.setdefault("package_url", fault.package_url(url))
+        soak = Soak(url=url, seconds=seconds, logs=directory, out=out, **options)
         asyncio.run(soak.run())
         return soak
+
+
+#: The deployment a fault run uses: 2 worker processes, a sweeping scheduler and a producer, nothing else moving.
+FAULT_DEPLOYMENT: dict[str, Any] = {"workers": 2, "slots": 8, "schedulers": 1, "producers": 1, "operator": False}
+
+
+def make_fault(name: str, url: str) -> Any:
+    from . import faults
+
+    if name == "proxy":
+        return faults.ProxyCuts()
+    if name == "kill":
+        return faults.Kills(url)
+    if name == "read-only":
+        return faults.ReadOnly(url, windows=4)
+    raise SystemExit(f"unknown fault {name!r}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -345,10 +571,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=os.environ.get("PLITZI_MYSQL_URL"),
                         help="a database or server URL (default $PLITZI_MYSQL_URL, else a throwaway server)")
     parser.add_argument("--logs", default=None, help="keep the processes' logs in this directory")
+    parser.add_argument("--fault", choices=("proxy", "kill", "read-only"), default=None,
+                        help="run 2 workers, a scheduler and a producer through a fault (tests/faults.py), on a "
+                             "throwaway server only; --seconds is then the ceiling")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs a --fault run produces (default 10000)")
     args = parser.parse_args(argv)
     logs = Path(args.logs) if args.logs else None
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
+    if args.fault is not None:
+        if args.url:
+            raise SystemExit("--fault changes global settings and kills sessions: only on a throwaway server, "
+                             "so it takes no --url")
+        with LocalMysqlServer(load_tz=False) as server, fresh_database(server.url, "pjm_fault") as url:
+            soak = run_soak(url, max(args.seconds, 600.0), logs, fault=make_fault(args.fault, url),
+                            target_jobs=args.jobs, **FAULT_DEPLOYMENT)
+        return 0 if not soak.errors else 1
     with soak_database(args.url) as url:
         soak = run_soak(url, args.seconds, logs)
     return 0 if not soak.errors else 1
