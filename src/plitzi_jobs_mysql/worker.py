@@ -325,13 +325,10 @@ class JobWorker:
                 h.kv_refused = True
 
     async def _hand_back(self, held: _Held, delay_ms: int) -> None:
-        """Back to the queue with no attempt reported, which the queue refunds."""
-        try:
-            await self.queue.settle(job_id=held.job.id, worker_id=self.worker_id, status="pending", delay_ms=delay_ms)
-        except Exception as error:
-            self.on_error(error)  # the lease lapsing hands it on instead
-        finally:
-            self._forget(held)
+        """Back to the queue with no attempt reported, which the queue refunds. Retried like a settle while the
+        lease holds: a hand-back lost to a brief outage (a read-only failover, a cut connection) would cost the
+        job an attempt and a whole lease of waiting."""
+        await self._settle(held, "pending", delay_ms=delay_ms)
 
     # -- running ---------------------------------------------------------------------------------------------
 
