@@ -279,9 +279,11 @@ class MysqlJobQueue:
             candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit)
         self._adapt_spread(lost)
         if failure is not None:
-            if won:
-                log.warning("a claim failed after winning %d jobs; their leases will hand them on", len(won))
-            raise failure
+            if not won or not isinstance(failure, Exception):
+                raise failure
+            # The jobs already won are ours: raising would leave them running with nobody running them until their
+            # lease lapsed (a lost attempt each, and a lease of waiting). Hand those out.
+            log.warning("claim cut short after winning %d jobs: %s", len(won), failure)
         if not won:
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
