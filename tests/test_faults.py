@@ -1,0 +1,157 @@
+"""Faults at the wire, short versions (the long ones: `python -m tests.soak --fault proxy|kill|read-only`).
+
+Two worker processes, a sweeping scheduler and a producer run through a fault aimed at the package's connections
+only (tests/faults.py), against a throwaway server of this module's own; then the soak's checker reads the tables
+and the ledger: no job lost, none run twice at once, every job in the state the rules give it, orphans taken over
+within one lease after the fault ends, the same processes working again by themselves, nothing escaping the
+runtime, and logged errors in proportion to the faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plitzi_jobs_mysql import JobInput, create_job_worker, create_mysql_job_queue, create_mysql_kv
+from plitzi_jobs_mysql.mysql import session as session_module
+from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
+
+from .conftest import open_pool, sql
+from .faults import Kills, ProxyCuts, ReadOnly, admin_sql, package_user
+from .soak import FAULT_DEPLOYMENT, Soak, run_soak
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LocalMysqlServer]:
+    with LocalMysqlServer(load_tz=False) as started:
+        yield started
+
+
+@pytest.fixture
+def database(server: LocalMysqlServer) -> Iterator[str]:
+    with fresh_database(server.url, "pjm_faults") as url:
+        yield url
+
+
+def run_fault(database: str, logs: Path, fault: Any, jobs: int, **options: Any) -> Soak:
+    out = io.StringIO()
+    soak = run_soak(database, 180.0, logs, out=out, fault=fault, target_jobs=jobs, **{**FAULT_DEPLOYMENT, **options})
+    print("\n" + out.getvalue())
+    assert not soak.errors, "\n".join(soak.errors)
+    assert soak.report["runs"] >= soak.report["jobs"] >= jobs
+    return soak
+
+
+def test_connections_cut_at_random_points_lose_nothing(database: str, tmp_path: Path) -> None:
+    fault = ProxyCuts(every_s=0.2)
+    soak = run_fault(database, tmp_path, fault, 1_000)
+    injected = soak.report["fault"]["injected"]
+    # Cuts every ~200 ms, of every kind, including a write the server applied and whose reply never came back.
+    assert sum(injected.values()) >= 30 and injected["before_reply"] >= 5 and injected["mid_reply"] >= 3, injected
+
+
+def test_killed_queries_and_connections_lose_nothing(database: str, tmp_path: Path) -> None:
+    fault = Kills(database, every_s=0.2)
+    soak = run_fault(database, tmp_path, fault, 800)
+    injected = soak.report["fault"]["injected"]
+    assert injected["kill_query_busy"] + injected["kill_connection_busy"] >= 10, injected
+
+
+def test_read_only_windows_cost_no_second_run_with_the_default_lease(database: str, tmp_path: Path) -> None:
+    fault = ReadOnly(database, window_s=3.0, gap_s=2.0, windows=2)
+    soak = run_fault(database, tmp_path, fault, 400, lease_ms=30_000)
+    assert soak.report["fault"]["injected"] == {"read_only_window": 2}
+    # The writes failed, and said why (1290: the server is read-only) ...
+    assert soak.report["fault"]["client_errors"].get("OperationalError:1290", 0) > 0, soak.report["fault"]
+    # ... and what could not be recorded in a window was recorded after it, while the lease held: no attempt
+    # was lost and no job ran a second time.
+    assert soak.report["lost_attempts"] == 0 and soak.report["reruns"] == 0, soak.report
+
+
+async def test_a_claim_cut_short_by_a_read_only_server_hands_out_what_it_had_won(
+    server: LocalMysqlServer, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server turns read-only between two of a claim's compare-and-sets (a failover starting): the job already
+    won must reach the worker, not stay running under its name with nobody running it until the lease lapses."""
+    pool = await open_pool(package_user(database))
+    queue = create_mysql_job_queue(pool)
+    try:
+        await queue.enqueue_many([JobInput(id=f"job-{n}", space_id=1, action_id="a", environment="main",
+                                           trigger="t", input={}, due_at=0, max_attempts=3) for n in range(4)])
+        original = session_module.Connection.write
+
+        async def write(self: Any, sql: str, args: Any = None) -> int:
+            changed = await original(self, sql, args)
+            if queue._sql.claim_pending in sql and changed:
+                await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 1")
+            return changed
+
+        monkeypatch.setattr(session_module.Connection, "write", write)
+        try:
+            claimed = await queue.claim(worker_id="w", lease_ms=30_000, limit=4)
+        finally:
+            await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 0")
+        running = sql(database, "SELECT id FROM action_jobs WHERE status = 'running' AND worker_id = 'w'")
+        assert [job.id for job in claimed] == [row[0].decode() for row in running] == ["job-0"]
+        assert sql(database, "SELECT COUNT(*) FROM action_jobs WHERE status = 'pending'") == [(3,)]
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+async def test_a_hand_back_refused_by_a_read_only_server_is_retried_while_the_lease_holds(
+    server: LocalMysqlServer, database: str
+) -> None:
+    """The worker claimed a job, then the server turned read-only before it could take the single-flight key, so
+    the job goes back to the queue: that hand-back must be retried once the window ends, not dropped (which left
+    the job running under nobody for a whole lease, 30 s by default, and cost it an attempt)."""
+    pool = await open_pool(package_user(database))
+    queue = create_mysql_job_queue(pool)
+    kv = create_mysql_kv(pool)
+    windows: list[float] = []
+
+    class ReadOnlyOnFirstSwap:
+        async def swap(self, key: str, expected: str | None, value: str, ttl: float) -> bool:
+            if not windows:  # a failover starting right after the claim, for 1.5 s
+                windows.append(time.monotonic())
+                await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 1")
+                asyncio.get_running_loop().call_later(
+                    1.5, lambda: asyncio.ensure_future(
+                        asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 0")))
+            return await kv.swap(key, expected, value, ttl)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(kv, name)
+
+    ran: list[str] = []
+    errors: list[BaseException] = []
+
+    async def handler(job: Any) -> str:
+        ran.append(job.id)
+        return "done"
+
+    await queue.enqueue(JobInput(id="job", space_id=1, action_id="a", environment="main", trigger="t", input={},
+                                 due_at=0, max_attempts=3))
+    worker = create_job_worker(queue=queue, handler=handler, kv=ReadOnlyOnFirstSwap(),  # type: ignore[arg-type]
+                               lease_ms=30_000, poll_ms=100, on_error=errors.append)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 15
+        while (job := await queue.get_job([1], "job")) is None or job.status != "succeeded":
+            assert time.monotonic() < deadline, f"not run within 15 s of a 1.5 s read-only window: {job}"
+            await asyncio.sleep(0.1)
+    finally:
+        await worker.stop()
+        await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 0")
+        pool.close()
+        await pool.wait_closed()
+    assert ran == ["job"] and [a.status for a in job.history] == ["succeeded"] and job.attempts == 1, job
+    assert errors and all(getattr(e, "args", [None])[0] == 1290 for e in errors), errors
