@@ -15,12 +15,13 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final, Unpack
+from typing import Any, Final, TypeVar, Unpack
 
 from . import validation as check
 from .contract import JobQueue, KvStore
+from .errors import StoreUnavailableError
 from .options import WorkerOptions, WorkerSettings
 from .records import AttemptOutcome, Job
 
@@ -43,6 +44,17 @@ SETTLE_RETRY_MAX_S: Final = 2.0
 #: compare-and-set per job in sequence, then a read-back: one at a time, claiming alone filled a drain's wall
 #: time while the slots waited. While claims come back full, the free slots are split over up to this many.
 MAX_CLAIMS_IN_FLIGHT: Final = 2
+#: A store call that has not answered within a third of the lease (a claim: the lease; never less than this) is
+#: abandoned: its connection went silent (a failover that moved the server's address, a NAT or firewall dropping
+#: the flow, no FIN and no RST), and TCP would take about 15 minutes to say so, long after the lease lapsed under a
+#: running handler. The floor keeps a merely slow call on a busy machine from being cut (which costs a reconnect)
+#: under short leases.
+MIN_CALL_BOUND_S: Final = 2.0
+T = TypeVar("T")
+
+
+class _Abandoned(StoreUnavailableError):
+    """A store call given up on after its time bound (which it took, so retrying at once is no hot loop)."""
 
 
 class PermanentFailure(Exception):
@@ -188,6 +200,25 @@ class JobWorker:
         jitter = min(cap - 1, int(float(random.random()) * cap)) if cap > 0 else 0
         return min(delay + jitter, check.MAX_DURATION_MS)
 
+    def _call_bound_s(self) -> float:
+        return max(self.lease_ms / 3000, MIN_CALL_BOUND_S)
+
+    async def _bounded(self, what: str, call: Coroutine[Any, Any, T], seconds: float | None = None) -> T:
+        """`call`, abandoned when the store does not answer in time (cancelling it closes its connection, so the
+        pool opens a fresh one), as a StoreUnavailableError an operator can act on."""
+        limit = self._call_bound_s() if seconds is None else seconds
+        timer = asyncio.timeout(limit)
+        try:
+            async with timer:
+                return await call
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            raise _Abandoned(
+                f"the store did not answer {what} within {limit:g} s; abandoned that connection (a connection gone "
+                "silent: a failover that moved the server's address, or a NAT or firewall dropping the flow?)"
+            ) from None
+
     # -- claiming --------------------------------------------------------------------------------------------
 
     def _free(self) -> int:
@@ -203,7 +234,13 @@ class JobWorker:
     async def _claim(self, limit: int) -> list[_Held]:
         """Claims up to `limit` jobs into the slots `_reserve(limit)` promised."""
         try:
-            claimed = await self.queue.claim(worker_id=self.worker_id, lease_ms=self.lease_ms, limit=limit)
+            # A whole lease: a claim that took longer handed out leases already over, and one abandoned after it
+            # won rows leaves those to their lease.
+            claimed = await self._bounded(
+                "a claim",
+                self.queue.claim(worker_id=self.worker_id, lease_ms=self.lease_ms, limit=limit),
+                max(self.lease_ms / 1000, MIN_CALL_BOUND_S),
+            )
         finally:
             self._reserved -= limit
             self._claims_in_flight -= 1
@@ -284,7 +321,9 @@ class JobWorker:
             if not taken and not held.kv_refused:  # not asked for with its claim's batch
                 key, token = _kv_key(job.id), _kv_token(self.worker_id)
                 try:
-                    taken = await self.kv.swap(key, None, token, self.lease_ms / 1000)
+                    taken = await self._bounded(
+                        "a single-flight swap", self.kv.swap(key, None, token, self.lease_ms / 1000)
+                    )
                 except Exception as error:
                     self.on_error(error)
                 if taken:
@@ -314,7 +353,7 @@ class JobWorker:
             return
         pairs = [(_kv_key(h.job.id), _kv_token(self.worker_id)) for h in held]
         try:
-            answers = await take_absent(pairs, self.lease_ms / 1000)
+            answers = await self._bounded("a single-flight take", take_absent(pairs, self.lease_ms / 1000))
         except Exception as error:
             self.on_error(error)
             answers = [False] * len(held)
@@ -404,7 +443,9 @@ class JobWorker:
         try:
             while True:
                 try:
-                    await self.queue.settle(
+                    # Bounded by what is left of the lease, not a third of it: a slow settle that would still
+                    # land in time is never given up on; one on a silent connection no longer holds the slot for ever.
+                    await self._bounded("a settle", self.queue.settle(
                         job_id=held.job.id,
                         worker_id=self.worker_id,
                         status=status,
@@ -412,7 +453,7 @@ class JobWorker:
                         run_id=run_id,
                         error=error,
                         attempt=outcome,
-                    )
+                    ), max(give_up_at - loop.time(), MIN_CALL_BOUND_S))
                     return
                 except Exception as failure:
                     failures += 1
@@ -449,8 +490,9 @@ class JobWorker:
         try:
             # Compare-and-set to a marker that lapses at once: atomic, so a key someone else took is never
             # touched.
-            if await self.kv.swap(key, token, marker, 0.001) and await self.kv.get(key) == marker:
-                await self.kv.delete(key)
+            if await self._bounded("a single-flight release", self.kv.swap(key, token, marker, 0.001)) and \
+                    await self._bounded("a single-flight release", self.kv.get(key)) == marker:
+                await self._bounded("a single-flight release", self.kv.delete(key))
         except Exception as error:
             self.on_error(error)  # it lapses with its lifetime anyway
 
@@ -495,10 +537,15 @@ class JobWorker:
 
     async def _beat_loop(self) -> None:
         interval = max(self.lease_ms / 3, 1) / 1000
+        pause = interval
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(pause)
+            pause = interval
             try:
-                await self.beat()
+                await self._bounded("a heartbeat", self.beat())
+            except _Abandoned as error:
+                self.on_error(error)
+                pause = 0  # abandoned on a silent connection: again at once, on another, while the lease holds
             except Exception as error:
                 self.on_error(error)
 
