@@ -32,6 +32,8 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 #: of its reply comes back, so the server applied a write the client never hears about; "mid_reply": part of
 #: the next reply forwarded, then cut; "reset": like "now" but with a TCP RST instead of a FIN.
 CUT_KINDS = ("now", "before_reply", "mid_reply", "reset")
+#: "Forever", for a test: a silenced connection stays silent until the proxy stops.
+SILENT_S = 3600.0
 
 
 @dataclass(eq=False)
@@ -94,6 +96,12 @@ class FaultProxy:
     def stall(self, seconds: float) -> bool:
         """Holds one random live connection's stream (both ways) for `seconds`, then lets it flow again."""
         return bool(self._call(self._stall, seconds))
+
+    def silence(self) -> int:
+        """Every open connection goes silent: nothing forwarded either way, nothing closed, no FIN, no RST (a
+        failover that moved the server's address, a NAT or firewall dropping the flow). Connections opened
+        afterwards flow normally. Answers how many went silent."""
+        return int(self._call(self._silence))
 
     def live(self) -> int:
         return int(self._call(lambda: sum(1 for link in self._links if not link.closed)))
@@ -210,6 +218,14 @@ class FaultProxy:
             link.cut_on, link.armed = kind, False
         self.injected[kind] += 1
         return kind
+
+    def _silence(self) -> int:
+        assert self._loop is not None
+        links = [link for link in self._links if not link.closed]
+        for link in links:
+            link.stalled_until = self._loop.time() + SILENT_S
+        self.injected["silenced"] += len(links)
+        return len(links)
 
     def _stall(self, seconds: float) -> bool:
         links = [link for link in self._links if not link.closed]

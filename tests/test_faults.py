@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +19,19 @@ from typing import Any
 
 import pytest
 
-from plitzi_jobs_mysql import JobInput, create_job_worker, create_mysql_job_queue, create_mysql_kv
+from plitzi_jobs_mysql import (
+    JobInput,
+    StoreUnavailableError,
+    create_job_worker,
+    create_mysql_job_queue,
+    create_mysql_kv,
+)
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
+from plitzi_jobs_mysql.url import parse_mysql_url
 
 from .conftest import open_pool, sql
+from .faultproxy import FaultProxy
 from .faults import Kills, ProxyCuts, ReadOnly, admin_sql, package_user
 from .soak import FAULT_DEPLOYMENT, Soak, run_soak
 
@@ -155,3 +164,76 @@ async def test_a_hand_back_refused_by_a_read_only_server_is_retried_while_the_le
         await pool.wait_closed()
     assert ran == ["job"] and [a.status for a in job.history] == ["succeeded"] and job.attempts == 1, job
     assert errors and all(getattr(e, "args", [None])[0] == 1290 for e in errors), errors
+
+
+async def test_connections_gone_silent_are_abandoned_and_no_job_runs_twice_at_once(
+    server: LocalMysqlServer, database: str
+) -> None:
+    """Chosen fault (issue 14, item 6): connections that go SILENT, neither answering nor closing (no FIN, no RST).
+    Users meet it when a failover moves the server's address, or a NAT gateway or firewall drops an idle flow:
+    the client's next statement waits for TCP to give up, about 15 minutes on Linux. A worker waiting that long on
+    its heartbeat lets its leases lapse while its handlers still run; on a settle, it holds a slot (and `stop()`)
+    for as long.
+
+    Worker A reaches the server through the fault proxy; once its four handlers run, every connection it has goes
+    silent. Worker B, on a clean line, runs beside it. No job may run twice at once, A must notice and carry on
+    over new connections by itself, and say so in an error an operator can act on."""
+    proxy = FaultProxy("127.0.0.1", parse_mysql_url(database).port)
+    proxy.start()
+    pool_a = await open_pool(proxy.route(package_user(database)), maxsize=8, connect_timeout=3)
+    pool_b = await open_pool(database, maxsize=8)
+    runs: dict[str, list[list[Any]]] = {}
+    errors: list[BaseException] = []
+
+    def handler_for(name: str) -> Any:
+        async def handler(job: Any) -> str:
+            run: list[Any] = [name, time.monotonic(), None]
+            runs.setdefault(job.id, []).append(run)
+            await asyncio.sleep(4.0)  # longer than the lease: only heartbeats keep it
+            run[2] = time.monotonic()
+            return "done"
+        return handler
+
+    def worker(name: str, pool: Any, on_error: Any = None) -> Any:
+        return create_job_worker(queue=create_mysql_job_queue(pool), handler=handler_for(name), workers=4,
+                                 poll_ms=100, lease_ms=3_000, backoff_base_ms=100, backoff_max_ms=500,
+                                 kv=create_mysql_kv(pool), worker_id=f"worker-{name}", on_error=on_error)
+
+    queue = create_mysql_job_queue(pool_b)
+    ids = [f"job-{n:02d}" for n in range(16)]
+    await queue.enqueue_many([JobInput(id=i, space_id=1, action_id="a", environment="main", trigger="t", input={},
+                                       due_at=0, max_attempts=5) for i in ids])
+    worker_a, worker_b = worker("a", pool_a, errors.append), worker("b", pool_b)
+    worker_a.start()
+    try:
+        deadline = time.monotonic() + 20
+        while worker_a.in_flight() < 4:
+            assert time.monotonic() < deadline, "worker A never had four handlers running"
+            await asyncio.sleep(0.05)
+        silenced = proxy.silence()
+        silenced_at = time.monotonic()
+        worker_b.start()
+        deadline = time.monotonic() + 60
+        while (await queue.list_jobs(space_ids=[1], status="succeeded", limit=1)).total < len(ids):
+            assert time.monotonic() < deadline, "the jobs did not all succeed within 60 s"
+            await asyncio.sleep(0.2)
+    finally:
+        try:
+            async with asyncio.timeout(30):  # a worker stuck on a silent connection would never stop
+                await asyncio.gather(worker_a.stop(), worker_b.stop())
+        finally:
+            proxy.stop()
+            for pool in (pool_a, pool_b):
+                pool.close()
+                await pool.wait_closed()
+    overlaps = []
+    for job_id, job_runs in runs.items():
+        ordered = sorted(job_runs, key=lambda r: r[1])
+        overlaps += [(job_id, a[0], b[0]) for a, b in itertools.pairwise(ordered) if a[2] is None or a[2] > b[1]]
+    after = sum(1 for v in runs.values() for r in v if r[0] == "a" and r[1] > silenced_at)
+    print(f"\nsilent connections: {silenced} went silent; A started {after} runs afterwards; A's errors: "
+          f"{[str(e)[:100] for e in errors[:4]]}")
+    assert not overlaps, f"runs overlapped another run of their job: {overlaps}"
+    # A noticed, said so, and went on over new connections by itself.
+    assert any(isinstance(e, StoreUnavailableError) and "did not answer" in str(e) for e in errors), errors
+    assert any(r[0] == "a" and r[1] > silenced_at for v in runs.values() for r in v), "A ran nothing afterwards"
