@@ -9,6 +9,7 @@ clock: the one thing a wrong local clock still gets right is how long thirty sec
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -16,8 +17,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from . import validation as check
+from .errors import StoreUnavailableError
 
 RESYNC_MS = 30_000
+#: A reading that has not come back in this long is dropped, so the next call takes a fresh one.
+READ_BOUND_S = 10.0
+log = logging.getLogger(__name__)
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -45,27 +50,42 @@ class StoreClock:
     _pending: asyncio.Future[None] | None = field(default=None, repr=False)
 
     async def now(self) -> int:
-        if self._read_at_ns is None or time.monotonic_ns() - self._read_at_ns >= self.resync_ms * 1_000_000:
+        if self._read_at_ns is None:
             await self._sync()
+        elif time.monotonic_ns() - self._read_at_ns >= self.resync_ms * 1_000_000:
+            # The last reading still holds, carried by the monotonic clock: refresh it beside the caller, never in
+            # its way. A refresh stuck on a connection gone silent must not hold up every call of the process.
+            self._refresh()
         return (time.monotonic_ns() + self._offset_ns) // 1_000_000
 
     def resync(self) -> None:
         self._read_at_ns = None
 
-    async def _sync(self) -> None:
+    def _refresh(self) -> asyncio.Future[None]:
         # Concurrent callers share one reading rather than each sending their own.
         if self._pending is None:
-            self._pending = asyncio.ensure_future(self._take_reading())
-        pending = self._pending
-        try:
-            await asyncio.shield(pending)
-        finally:
-            if self._pending is pending and pending.done():
-                self._pending = None
+            pending = self._pending = asyncio.ensure_future(self._take_reading())
+            pending.add_done_callback(self._reading_done)
+        return self._pending
+
+    def _reading_done(self, pending: asyncio.Future[None]) -> None:
+        if self._pending is pending:
+            self._pending = None
+        if not pending.cancelled() and pending.exception() is not None:
+            log.debug("reading the store's clock failed", exc_info=pending.exception())
+
+    async def _sync(self) -> None:
+        await asyncio.shield(self._refresh())
 
     async def _take_reading(self) -> None:
         before = time.monotonic_ns()
-        store_ms = await self.read()
+        try:
+            async with asyncio.timeout(READ_BOUND_S):
+                store_ms = await self.read()
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"the store did not answer a clock reading within {READ_BOUND_S:g} s (a connection gone silent?)"
+            ) from None
         after = time.monotonic_ns()
         # The reading was taken somewhere between the two: assume the middle.
         self._offset_ns = store_ms * 1_000_000 - (before + after) // 2
