@@ -10,6 +10,7 @@ runtime, and logged errors in proportion to the faults.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import itertools
 import time
@@ -21,6 +22,7 @@ import pytest
 
 from plitzi_jobs_mysql import (
     JobInput,
+    MysqlJobQueue,
     StoreUnavailableError,
     create_job_worker,
     create_mysql_job_queue,
@@ -222,10 +224,7 @@ async def test_connections_gone_silent_are_abandoned_and_no_job_runs_twice_at_on
             async with asyncio.timeout(30):  # a worker stuck on a silent connection would never stop
                 await asyncio.gather(worker_a.stop(), worker_b.stop())
         finally:
-            proxy.stop()
-            for pool in (pool_a, pool_b):
-                pool.close()
-                await pool.wait_closed()
+            await close_behind_proxy(proxy, pool_a, pool_b)
     overlaps = []
     for job_id, job_runs in runs.items():
         ordered = sorted(job_runs, key=lambda r: r[1])
@@ -237,3 +236,41 @@ async def test_connections_gone_silent_are_abandoned_and_no_job_runs_twice_at_on
     # A noticed, said so, and went on over new connections by itself.
     assert any(isinstance(e, StoreUnavailableError) and "did not answer" in str(e) for e in errors), errors
     assert any(r[0] == "a" and r[1] > silenced_at for v in runs.values() for r in v), "A ran nothing afterwards"
+
+
+@pytest.mark.timeout(60)
+async def test_a_clock_reading_on_a_silent_connection_does_not_wedge_the_queue(database: str) -> None:
+    """The queue re-reads the server's clock every `resync_ms`, and concurrent calls share one reading. When that
+    reading went out on a connection gone silent, every later call of the process waited on it, for ever: claims,
+    heartbeats and settles alike, whatever bound the caller put on each. The last reading still holds (the local
+    monotonic clock carries it), so a refresh must never stand in a call's way, and a stuck one must be dropped."""
+    proxy = FaultProxy("127.0.0.1", parse_mysql_url(database).port)
+    proxy.start()
+    pool = await open_pool(proxy.route(package_user(database)), maxsize=4, connect_timeout=3)
+    try:
+        queue = MysqlJobQueue(pool, resync_ms=300)
+        await queue.heartbeat(job_ids=["nothing"], worker_id="w", lease_ms=1_000)  # tables, first reading
+        assert proxy.silence() >= 1  # the pool's idle connection: the next borrower gets it
+        await asyncio.sleep(0.4)  # a reading is due
+        answered, tries = False, 0
+        deadline = time.monotonic() + 10
+        while not answered and time.monotonic() < deadline:
+            tries += 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.5):  # the caller's own bound, as the worker puts on each call
+                    await queue.heartbeat(job_ids=["nothing"], worker_id="w", lease_ms=1_000)
+                    answered = True
+        assert answered, f"no call answered in 10 s ({tries} tries): the queue is wedged on one silent reading"
+    finally:
+        await close_behind_proxy(proxy, pool)
+
+
+async def close_behind_proxy(proxy: FaultProxy, *pools: Any) -> None:
+    """The proxy first, so a call still waiting on a silent connection fails now; then the pools, once that call
+    has given its connection back (aiomysql's wait_closed is not woken by a closed connection coming back)."""
+    await asyncio.to_thread(proxy.stop)
+    await asyncio.sleep(0.2)
+    for pool in pools:
+        pool.close()
+        async with asyncio.timeout(15):
+            await pool.wait_closed()
