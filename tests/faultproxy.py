@@ -97,6 +97,10 @@ class FaultProxy:
         """Holds one random live connection's stream (both ways) for `seconds`, then lets it flow again."""
         return bool(self._call(self._stall, seconds))
 
+    def silence_one(self) -> bool:
+        """One random open connection goes silent (see `silence`)."""
+        return bool(self._call(self._silence_one))
+
     def silence(self) -> int:
         """Every open connection goes silent: nothing forwarded either way, nothing closed, no FIN, no RST (a
         failover that moved the server's address, a NAT or firewall dropping the flow). Connections opened
@@ -226,6 +230,15 @@ class FaultProxy:
             link.stalled_until = self._loop.time() + SILENT_S
         self.injected["silenced"] += len(links)
         return len(links)
+
+    def _silence_one(self) -> bool:
+        assert self._loop is not None
+        links = [link for link in self._links if not link.closed and link.stalled_until < self._loop.time()]
+        if not links:
+            return False
+        self.rng.choice(links).stalled_until = self._loop.time() + SILENT_S
+        self.injected["silenced"] += 1
+        return True
 
     def _stall(self, seconds: float) -> bool:
         links = [link for link in self._links if not link.closed]

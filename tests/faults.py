@@ -9,6 +9,8 @@ through a clean line as root. So what the checker reads is the truth, and what t
   stalls streams and adds latency.
 - `Kills`: an admin session runs `KILL QUERY` / `KILL CONNECTION` on random connections of the package's user
   every ~200 ms, preferring the busy ones.
+- `SilentConnections`: through the same proxy, one connection every ~1 s goes silent, neither answering nor
+  closing (a NAT or firewall dropping a flow, a failover moving the server's address).
 - `ReadOnly`: `SET GLOBAL read_only = 1` (and `super_read_only` where the server has it) for windows of a few
   seconds: every write of the package fails (error 1290) until the window ends.
 
@@ -124,6 +126,22 @@ class ProxyCuts(Fault):
     def close(self) -> None:
         if self.proxy is not None:
             self.proxy.stop()
+
+
+class SilentConnections(ProxyCuts):
+    """Through the fault proxy, one connection goes silent every ~`every_s` (nothing forwarded, nothing closed):
+    what a NAT gateway or firewall does to a flow it dropped, or a failover that moved the server's address."""
+
+    name = "silent connections"
+
+    def __init__(self, *, every_s: float = 1.0, seed: int = 4) -> None:
+        super().__init__(every_s=every_s, seed=seed)
+
+    async def inject(self, soak: Any) -> None:
+        assert self.proxy is not None
+        while not await self.pause(self.rng.uniform(0.5, 1.5) * self.every_s):
+            self.proxy.silence_one()
+        self.injected.update(self.proxy.injected)
 
 
 class Kills(Fault):

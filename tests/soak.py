@@ -189,7 +189,8 @@ class Soak:
         attempt had written (the reply was lost, not the write): answered False then, and only then."""
         for tries in itertools.count(1):
             try:
-                answers = await queue.enqueue_many(batch)
+                async with asyncio.timeout(10):  # a user's own bound: a connection may go silent
+                    answers = await queue.enqueue_many(batch)
             except Exception as error:
                 self.client_errors[client_error_kind(error)] += 1
                 if not fault_error(error):
@@ -562,6 +563,8 @@ def make_fault(name: str, url: str) -> Any:
         return faults.Kills(url)
     if name == "read-only":
         return faults.ReadOnly(url, windows=4)
+    if name == "silent":
+        return faults.SilentConnections()
     raise SystemExit(f"unknown fault {name!r}")
 
 
@@ -571,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=os.environ.get("PLITZI_MYSQL_URL"),
                         help="a database or server URL (default $PLITZI_MYSQL_URL, else a throwaway server)")
     parser.add_argument("--logs", default=None, help="keep the processes' logs in this directory")
-    parser.add_argument("--fault", choices=("proxy", "kill", "read-only"), default=None,
+    parser.add_argument("--fault", choices=("proxy", "kill", "read-only", "silent"), default=None,
                         help="run 2 workers, a scheduler and a producer through a fault (tests/faults.py), on a "
                              "throwaway server only; --seconds is then the ceiling")
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs a --fault run produces (default 10000)")
