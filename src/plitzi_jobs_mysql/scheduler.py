@@ -30,6 +30,7 @@ from typing import Any, Final, Unpack
 from .clock import from_epoch_ms, to_epoch_ms
 from .contract import JobQueue
 from .cron import cron_fires_between, cron_next_fire
+from .errors import StoreUnavailableError
 from .options import SchedulerOptions, SchedulerSettings
 from .records import JobInput, MissedFires, Schedule, SweepResult
 from .schedules import ActionLookups, schedule_job_id, schedules_for
@@ -40,6 +41,11 @@ MINUTE_MS: Final = 60_000
 #: Where a schedule is parked when its expression has no next fire at all: four years out, the horizon
 #: `cron_next_fire` searches. Nothing inside it matched, so nothing inside it will.
 PARK_MS: Final = 2_108_160 * MINUTE_MS
+
+#: A timed sweep that has not finished in this long is abandoned: a connection gone silent (no FIN, no RST) would
+#: otherwise hold it for as long as TCP takes to give up, about 15 minutes, and no sweep of this replica runs
+#: meanwhile.
+SWEEP_BOUND_S: Final = 20.0
 
 
 def _log_error(error: BaseException) -> None:
@@ -156,6 +162,20 @@ class Scheduler:
         finally:
             self._running = False
 
+    async def _bounded_sweep(self) -> None:
+        """A timed sweep, abandoned (safe: a fire is enqueued before its schedule moves) when it outlives
+        `SWEEP_BOUND_S`: one stuck on a connection gone silent would hold this replica's every later sweep."""
+        timer = asyncio.timeout(SWEEP_BOUND_S)
+        try:
+            async with timer:
+                await self.sweep()
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            raise StoreUnavailableError(
+                f"a schedule sweep did not finish within {SWEEP_BOUND_S:g} s; abandoned it (a connection gone silent?)"
+            ) from None
+
     async def _every(self, interval_ms: int, run: Callable[[], Coroutine[Any, Any, Any]], now: bool) -> None:
         if now:
             await self._guarded(run)
@@ -169,7 +189,7 @@ class Scheduler:
         if self._tasks:
             return
         interval = self.poll_ms + int(random.random() * 1000)
-        self._tasks.append(asyncio.create_task(self._every(interval, self.sweep, False)))
+        self._tasks.append(asyncio.create_task(self._every(interval, self._bounded_sweep, False)))
         if getattr(self.lookups, "list_scheduled_spaces", None) is None and not self.spaces:
             logger.warning(
                 "schedules are running but nothing says which spaces to watch: pass `spaces`, or give the "
