@@ -23,11 +23,14 @@ import pytest
 from plitzi_jobs_mysql import (
     JobInput,
     MysqlJobQueue,
+    ScheduleInput,
     StoreUnavailableError,
     create_job_worker,
     create_mysql_job_queue,
     create_mysql_kv,
+    create_scheduler,
 )
+from plitzi_jobs_mysql import scheduler as scheduler_module
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -274,3 +277,39 @@ async def close_behind_proxy(proxy: FaultProxy, *pools: Any) -> None:
         pool.close()
         async with asyncio.timeout(15):
             await pool.wait_closed()
+
+
+async def test_a_sweep_stuck_on_a_silent_connection_is_abandoned(
+    database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler's sweep that went out on a connection gone silent held every later sweep of the replica (one
+    pass at a time), with no log line: its schedules fired only through other replicas, or not at all."""
+    monkeypatch.setattr(scheduler_module, "SWEEP_BOUND_S", 2.0, raising=False)
+    proxy = FaultProxy("127.0.0.1", parse_mysql_url(database).port)
+    proxy.start()
+    pool = await open_pool(proxy.route(package_user(database)), maxsize=4, connect_timeout=3)
+    clean_pool = await open_pool(database)
+    errors: list[BaseException] = []
+
+    class NoLookups:
+        async def list_actions(self, space_id: int) -> list[Any]:
+            return []
+
+    queue = create_mysql_job_queue(pool)
+    scheduler = create_scheduler(queue=queue, lookups=NoLookups(), poll_ms=200, on_error=errors.append)
+    try:
+        clean = create_mysql_job_queue(clean_pool)
+        now = int((await queue.now()).timestamp() * 1000)  # its clock read: the sweep's statements meet the silence
+        assert proxy.silence() >= 1  # the pool's idle connection: the first sweep gets it
+        await clean.put_schedules(space_id=1, schedules=[ScheduleInput(
+            space_id=1, action_id="digest", cron="* * * * *", environment="main", enabled=True,
+            next_run_at=now - 60_000, max_attempts=3)])
+        scheduler.start()
+        deadline = time.monotonic() + 20
+        while not (await clean.list_jobs(space_ids=[1], limit=1)).total:
+            assert time.monotonic() < deadline, f"the due schedule never fired: {errors}"
+            await asyncio.sleep(0.1)
+        assert any(isinstance(e, StoreUnavailableError) and "sweep" in str(e) for e in errors), errors
+    finally:
+        scheduler.stop()
+        await close_behind_proxy(proxy, pool, clean_pool)
