@@ -554,6 +554,25 @@ def run_soak(url: str, seconds: float, logs: Path | None = None, out: Any = sys.
 FAULT_DEPLOYMENT: dict[str, Any] = {"workers": 2, "slots": 8, "schedulers": 1, "producers": 1, "operator": False}
 
 
+def galera_soak(jobs: int) -> int:
+    """The Galera-behind-HAProxy drill (tests/test_galera_haproxy.py) with more jobs and three node losses."""
+    from .galera import GaleraCluster, galera_missing_reason
+    from .haproxy import haproxy_binary
+    from .test_galera_haproxy import drill_behind_haproxy
+
+    reason = galera_missing_reason() or (None if haproxy_binary() else "haproxy is missing (apt-get install haproxy)")
+    if reason is not None:
+        raise SystemExit(reason)
+    with GaleraCluster() as cluster:
+        try:
+            asyncio.run(drill_behind_haproxy(cluster, jobs=jobs, rounds=3))
+        except AssertionError as failure:
+            print(f"[soak] FAILED galera behind haproxy: {failure}", flush=True)
+            return 1
+    print("[soak] OK galera behind haproxy", flush=True)
+    return 0
+
+
 def make_fault(name: str, url: str) -> Any:
     from . import faults
 
@@ -574,14 +593,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=os.environ.get("PLITZI_MYSQL_URL"),
                         help="a database or server URL (default $PLITZI_MYSQL_URL, else a throwaway server)")
     parser.add_argument("--logs", default=None, help="keep the processes' logs in this directory")
-    parser.add_argument("--fault", choices=("proxy", "kill", "read-only", "silent"), default=None,
+    parser.add_argument("--fault", choices=("proxy", "kill", "read-only", "silent", "galera"), default=None,
                         help="run 2 workers, a scheduler and a producer through a fault (tests/faults.py), on a "
-                             "throwaway server only; --seconds is then the ceiling")
+                             "throwaway server only; --seconds is then the ceiling. 'galera': the HAProxy drill of "
+                             "tests/test_galera_haproxy.py with three node losses")
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs a --fault run produces (default 10000)")
     args = parser.parse_args(argv)
     logs = Path(args.logs) if args.logs else None
     if logs is not None:
         logs.mkdir(parents=True, exist_ok=True)
+    if args.fault == "galera":
+        return galera_soak(args.jobs)
     if args.fault is not None:
         if args.url:
             raise SystemExit("--fault changes global settings and kills sessions: only on a throwaway server, "

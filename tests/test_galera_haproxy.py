@@ -98,6 +98,10 @@ async def wait_until(condition: Any, what: str, within_s: float) -> None:
 
 
 async def test_a_node_sigkilled_behind_haproxy_mid_drain_loses_and_repeats_nothing(cluster: GaleraCluster) -> None:
+    await drill_behind_haproxy(cluster)
+
+
+async def drill_behind_haproxy(cluster: GaleraCluster, jobs: int = JOBS, rounds: int = 1) -> None:
     with fresh_database(cluster.urls[0], "pjm_haproxy") as root_url, HaProxy(
         [node.port for node in cluster.nodes]
     ) as proxy:
@@ -108,10 +112,12 @@ async def test_a_node_sigkilled_behind_haproxy_mid_drain_loses_and_repeats_nothi
                 assert time.monotonic() < deadline, f"{name} not on {node.url}"
                 await asyncio.sleep(0.05)
         url = replace(parse_mysql_url(root_url), port=proxy.port).render(hide_password=False)
-        await run_the_drill(cluster, proxy, url, name or "")
+        await run_the_drill(cluster, url, name or "", jobs, rounds)
 
 
-async def run_the_drill(cluster: GaleraCluster, proxy: HaProxy, url: str, database: str) -> None:
+async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: int = JOBS, rounds: int = 1) -> None:
+    """`jobs` jobs drained through `url` (the proxy) while the busiest node is SIGKILLed and rejoins, `rounds`
+    times; then the checks. Also the long version: `python -m tests.soak --fault galera`."""
     pools = [await open_pool(url, maxsize=10, connect_timeout=3) for _ in range(5)]
     queues = [create_mysql_job_queue(pool) for pool in pools]
     await queues[0].now()  # the tables, once, before anyone races to make them
@@ -129,7 +135,7 @@ async def run_the_drill(cluster: GaleraCluster, proxy: HaProxy, url: str, databa
 
     # The jobs, and ten every-minute schedules five minutes overdue: each fires its overdue instant once.
     await queues[0].enqueue_many([JobInput(id=f"job-{n:05d}", space_id=1, action_id="a", environment="main",
-                                           trigger="t", input={}, due_at=0, max_attempts=5) for n in range(JOBS)])
+                                           trigger="t", input={}, due_at=0, max_attempts=5) for n in range(jobs)])
     now = int((await queues[0].now()).timestamp() * 1000)
     first_fire = (now // MINUTE) * MINUTE - 5 * MINUTE
     await queues[0].put_schedules(space_id=2, schedules=[
@@ -165,25 +171,33 @@ async def run_the_drill(cluster: GaleraCluster, proxy: HaProxy, url: str, databa
         worker.start()
     try:
         started = time.monotonic()
-        await wait_until(lambda: len(runs) >= KILL_AFTER, f"{KILL_AFTER} runs", 120)
-        # The node most of the package's connections use, SIGKILLed.
-        counts = [await asyncio.to_thread(node_sql, node.url, "SELECT COUNT(*) FROM information_schema.processlist "
-                                          "WHERE db = %s", (database,)) for node in cluster.nodes]
-        victim = max(range(len(cluster.nodes)), key=lambda i: counts[i][0][0])
-        node = cluster.nodes[victim]
-        assert node.proc is not None
-        node.proc.send_signal(signal.SIGKILL)
-        node.proc.wait()
-        killed_at, runs_at_kill = time.monotonic(), len(runs)
-        # The pools find the survivors through the proxy by themselves.
-        await wait_until(lambda: len(runs) >= runs_at_kill + 500, "the drain moving on through the survivors", 60)
-        survived_s = time.monotonic() - killed_at
-        # The node comes back and rejoins (state transfer from a survivor) while the drain goes on.
-        node.spawn(cluster.binary, bootstrap=False)
-        await asyncio.to_thread(node.wait_synced, time.monotonic() + 120, cluster.size)
-        rejoined_s = time.monotonic() - killed_at
-        await wait_until(lambda: len(runs) >= JOBS, "every job running", 120)
-        survivor = cluster.nodes[(victim + 1) % cluster.size].url
+        kills: list[dict[str, Any]] = []
+        for round_ in range(rounds):
+            at = KILL_AFTER if rounds == 1 else (round_ + 1) * jobs // (rounds + 1)
+            await wait_until(lambda at=at: len(runs) >= at, f"{at} runs", 120)
+            # The node most of the package's connections use, SIGKILLed.
+            counts = [(await asyncio.to_thread(node_sql, n.url, "SELECT COUNT(*) FROM information_schema.processlist "
+                                               "WHERE db = %s", (database,)))[0][0] for n in cluster.nodes]
+            victim = max(range(len(cluster.nodes)), key=lambda i: counts[i])
+            node = cluster.nodes[victim]
+            assert node.proc is not None
+            node.proc.send_signal(signal.SIGKILL)
+            node.proc.wait()
+            killed_at, runs_at_kill = time.monotonic(), len(runs)
+            # The pools find the survivors through the proxy by themselves.
+            moved = min(runs_at_kill + 500, jobs)
+            await wait_until(lambda moved=moved: len(runs) >= moved,
+                             "the drain moving on through the survivors", 60)
+            survived_s = time.monotonic() - killed_at
+            # The node comes back and rejoins (state transfer from a survivor) while the drain goes on.
+            node.spawn(cluster.binary, bootstrap=False)
+            await asyncio.to_thread(node.wait_synced, time.monotonic() + 120, cluster.size)
+            stalled_s = min((t for v in ran_at.values() for t in v if t > killed_at), default=killed_at) - killed_at
+            kills.append({"node": victim + 1, "connections_per_node": counts, "after_runs": runs_at_kill,
+                          "next_run_s": round(stalled_s, 1), "moved_on_s": round(survived_s, 1),
+                          "rejoined_s": round(time.monotonic() - killed_at, 1), "killed_at": killed_at})
+        await wait_until(lambda: len(runs) >= jobs, "every job running", 120)
+        survivor = cluster.nodes[0].url
         deadline = time.monotonic() + 60
         while (await asyncio.to_thread(node_sql, survivor.rstrip("/") + f"/{database}",
                                        "SELECT COUNT(*) FROM action_jobs WHERE status <> 'succeeded'"))[0][0]:
@@ -201,17 +215,17 @@ async def run_the_drill(cluster: GaleraCluster, proxy: HaProxy, url: str, databa
 
     rows = node_sql(cluster.nodes[0].url.rstrip("/") + f"/{database}",
                     "SELECT id, status, `trigger`, due_at, space_id, action_id, history FROM action_jobs")
-    jobs = {r[0].decode(): r for r in rows}
+    rows_by_id = {r[0].decode(): r for r in rows}
     fired = [r for r in rows if r[2] == b"schedule"]
-    lost = sum(r[6].count('"lost"') for r in jobs.values())
-    stalled_s = min((t for v in ran_at.values() for t in v if t > killed_at), default=killed_at) - killed_at
-    print(f"\ngalera behind haproxy: node{victim + 1} (of connections per node {[c[0][0] for c in counts]}) "
-          f"SIGKILLed after {runs_at_kill} runs; the next run came {stalled_s:.1f} s later, the drain went on "
-          f"through the survivors {survived_s:.1f} s later, the node rejoined after {rejoined_s:.1f} s; {JOBS} jobs "
-          f"in {drain_s:.1f} s, {lost} lost attempts, {len(fired)} schedule fires, errors met {dict(errors)}")
+    lost = sum(r[6].count('"lost"') for r in rows_by_id.values())
+    print(f"\ngalera behind haproxy: {jobs} jobs in {drain_s:.1f} s, {lost} lost attempts, {len(fired)} schedule "
+          f"fires, errors met {dict(errors)}; SIGKILLed: "
+          + "; ".join(f"node{k['node']} (connections per node {k['connections_per_node']}) after {k['after_runs']} "
+                      f"runs, next run {k['next_run_s']} s later, the drain moved on through the survivors in "
+                      f"{k['moved_on_s']} s, the node rejoined in {k['rejoined_s']} s" for k in kills))
     # Exactly once: every job (and every fire's job) succeeded, and its handler ran once.
-    assert len(jobs) == JOBS + len(fired) and {r[1] for r in jobs.values()} == {"succeeded"}
-    assert set(runs) == set(jobs) and set(runs.values()) == {1}, collections.Counter(runs.values())
+    assert len(rows_by_id) == jobs + len(fired) and {r[1] for r in rows_by_id.values()} == {"succeeded"}
+    assert set(runs) == set(rows_by_id) and set(runs.values()) == {1}, collections.Counter(runs.values())
     # Schedules: each fire enqueued by one sweeper only; the overdue instant fired once (then the schedule jumped
     # past the outage), and every minute after that once, none skipped.
     assert len(fires) == len(set(fires)) == len(fired), collections.Counter(fires).most_common(3)
@@ -224,7 +238,8 @@ async def run_the_drill(cluster: GaleraCluster, proxy: HaProxy, url: str, databa
         assert ordered[0] == first_fire and all(b - a == MINUTE for a, b in itertools.pairwise(ordered[1:])), ordered
     assert {schedule_job_id(2, f"act-{a}", first_fire) for a in range(10)} <= set(fires)
     # Both workers went on working through the proxy after the loss, and nothing but survivable errors reached them.
-    assert all(any(t > killed_at for t in ran_at[w]) for w in ("w0", "w1")), {w: len(v) for w, v in ran_at.items()}
+    for kill in kills:
+        assert all(any(t > kill["killed_at"] for t in ran_at[w]) for w in ("w0", "w1")), (kill, ran_at.keys())
     assert not fatal, fatal[:3]
-    # The node is back in a cluster of three.
-    assert node.status("wsrep_cluster_size") == str(cluster.size)
+    # Every node is back in a cluster of three.
+    assert all(n.status("wsrep_cluster_size") == str(cluster.size) for n in cluster.nodes)
