@@ -9,6 +9,18 @@ reads the tables and the ledger the handlers wrote: every job ended in the state
 twice at once, none vanished, every schedule fired once a minute without a gap, no deadlock or lock-wait error
 reached a caller (the processes' logs and this one's), and each process's memory stayed flat. Exit 0 when all
 hold, 1 with the failures listed.
+
+    python -m tests.soak --fault proxy|kill|read-only|silent [--jobs 10000]
+    python -m tests.soak --fault galera [--jobs 10000]
+
+A fault run (issue 14; tests/faults.py): 2 worker processes × 8 slots, one sweeping scheduler and one producer
+push `--jobs` jobs through a fault aimed at the package's connections only, on a throwaway server; the ledger and
+the checker keep a clean line. The checker then also allows the `lost` attempts a fault causes (and the `dead`
+that running out of attempts gives), and checks the recovery instead: every job left running when the fault ended
+taken over or finished within one lease, each worker process running new work and a scheduler firing a due
+schedule by themselves, nothing escaping the runtime (the logs' tracebacks belong to logged errors), and the
+error lines in proportion to the faults. `galera` runs the HAProxy drill of tests/test_galera_haproxy.py with
+three node losses.
 """
 
 from __future__ import annotations
