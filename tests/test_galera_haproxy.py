@@ -49,7 +49,8 @@ KILL_AFTER = 1_500
 LEASE_MS = 12_000
 MINUTE = 60_000
 #: What the runtime may meet while a node dies and rejoins: lost or refused connections (2003, 2006, 2013), a
-#: node not yet ready (1047 "WSREP has not yet prepared node"), a conflict the package did not absorb (1213).
+#: node not yet ready (1047 "WSREP has not yet prepared node"), a conflict the package did not absorb (1213);
+#: also an InterfaceError ("Not connected": a connection dropped under it) and a call the worker abandoned.
 SURVIVABLE = {1047, 1213, 2003, 2006, 2013, 2014, 2055}
 
 
@@ -79,7 +80,7 @@ def node_sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]
 
 def survivable(error: BaseException) -> bool:
     code = error.args[0] if isinstance(error, pymysql.err.MySQLError) and error.args else None
-    if code in SURVIVABLE:
+    if code in SURVIVABLE or isinstance(error, pymysql.err.InterfaceError):  # "Not connected": a dropped connection
         return True
     return isinstance(error, (ConnectionError, OSError)) and not isinstance(error, TimeoutError)
 
