@@ -163,12 +163,17 @@ class Kills(Fault):
 
     def _kill_one(self, conn: Any) -> None:
         with conn.cursor() as cur:
-            cur.execute("SELECT id, command FROM information_schema.processlist WHERE user = %s", (PACKAGE_USER,))
-            sessions = list(cur.fetchall())
+            want_busy = self.rng.random() < 0.8
+            for _ in range(20 if want_busy else 1):  # a statement in flight is a moment: look again for one
+                cur.execute("SELECT id, command FROM information_schema.processlist WHERE user = %s",
+                            (PACKAGE_USER,))
+                sessions = list(cur.fetchall())
+                busy = [s for s in sessions if s[1] != "Sleep"]
+                if busy:
+                    break
             if not sessions:
                 return
-            busy = [s for s in sessions if s[1] != "Sleep"]
-            target, busy_now = (self.rng.choice(busy), True) if busy and self.rng.random() < 0.8 else (
+            target, busy_now = (self.rng.choice(busy), True) if busy and want_busy else (
                 self.rng.choice(sessions), False)
             what = "QUERY" if self.rng.random() < 0.5 else "CONNECTION"
             try:

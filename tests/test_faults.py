@@ -76,7 +76,9 @@ def test_killed_queries_and_connections_lose_nothing(database: str, tmp_path: Pa
     fault = Kills(database, every_s=0.2)
     soak = run_fault(database, tmp_path, fault, 800)
     injected = soak.report["fault"]["injected"]
-    assert injected["kill_query_busy"] + injected["kill_connection_busy"] >= 10, injected
+    # Most of them on a statement in flight (how many depends on the moment each lands).
+    busy = injected["kill_query_busy"] + injected["kill_connection_busy"]
+    assert sum(injected.values()) >= 20 and busy >= 5, injected
 
 
 def test_read_only_windows_cost_no_second_run_with_the_default_lease(database: str, tmp_path: Path) -> None:
