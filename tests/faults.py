@@ -85,6 +85,10 @@ class Fault:
         """How long the store refused everyone (0 for faults that hit one connection at a time)."""
         return 0.0
 
+    def verdict(self, soak: Any) -> list[str]:
+        """What this fault's own rule says about a finished run, beyond the checker's (failures, if any)."""
+        return []
+
     async def pause(self, seconds: float) -> bool:
         """Sleeps, or returns True at once when stopped."""
         with contextlib.suppress(TimeoutError):
@@ -202,6 +206,13 @@ class ReadOnly(Fault):
 
     def down_seconds(self) -> float:
         return sum(self.took)
+
+    def verdict(self, soak: Any) -> list[str]:
+        # With the default lease a window costs no second run: what could not be written in it is written after.
+        if soak.lease_ms >= 30_000 and (soak.report["lost_attempts"] or soak.report["reruns"]):
+            return [f"read-only windows cost {soak.report['lost_attempts']} lost attempts and "
+                    f"{soak.report['reruns']} second runs with a {soak.lease_ms} ms lease"]
+        return []
 
     def _set(self, on: bool) -> None:
         value = 1 if on else 0

@@ -518,6 +518,8 @@ class Soak:
             "lost_attempts": sum(sum(1 for h in json.loads(jobs[k][4]) if h["status"] == "lost") for k in lost),
             "reruns": len(reruns), "logged_errors": logged, "tracebacks_logged": tracebacks,
         })
+        if self.fault is not None:
+            self.errors.extend(self.fault.verdict(self))
 
 def fault_error(error: BaseException) -> bool:
     """An error a caller may see while the line or the server is faulty: a MySQL error (lost connection, killed
