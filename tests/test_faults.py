@@ -104,8 +104,8 @@ async def test_a_claim_cut_short_by_a_read_only_server_hands_out_what_it_had_won
                                            trigger="t", input={}, due_at=0, max_attempts=3) for n in range(4)])
         original = session_module.Connection.write
 
-        async def write(self: Any, sql: str, args: Any = None) -> int:
-            changed = await original(self, sql, args)
+        async def write(self: Any, sql: str, args: Any = None, **options: Any) -> int:
+            changed = await original(self, sql, args, **options)
             if queue._sql.claim_pending in sql and changed:
                 await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 1")
             return changed
