@@ -196,14 +196,14 @@ async def test_connections_gone_silent_are_abandoned_and_no_job_runs_twice_at_on
         async def handler(job: Any) -> str:
             run: list[Any] = [name, time.monotonic(), None]
             runs.setdefault(job.id, []).append(run)
-            await asyncio.sleep(4.0)  # longer than the lease: only heartbeats keep it
+            await asyncio.sleep(7.0)  # longer than the lease: only heartbeats keep it
             run[2] = time.monotonic()
             return "done"
         return handler
 
     def worker(name: str, pool: Any, on_error: Any = None) -> Any:
         return create_job_worker(queue=create_mysql_job_queue(pool), handler=handler_for(name), workers=4,
-                                 poll_ms=100, lease_ms=3_000, backoff_base_ms=100, backoff_max_ms=500,
+                                 poll_ms=100, lease_ms=6_000, backoff_base_ms=100, backoff_max_ms=500,
                                  kv=create_mysql_kv(pool), worker_id=f"worker-{name}", on_error=on_error)
 
     queue = create_mysql_job_queue(pool_b)
