@@ -97,7 +97,8 @@ async def test_a_claim_cut_short_by_a_read_only_server_hands_out_what_it_had_won
 ) -> None:
     """The server turns read-only between two of a claim's compare-and-sets (a failover starting): the job already
     won must reach the worker, not stay running under its name with nobody running it until the lease lapses."""
-    pool = await open_pool(package_user(database))
+    # A pool of two: the claim's compare-and-sets then go one after the other, and the window opens between them.
+    pool = await open_pool(package_user(database), maxsize=2)
     queue = create_mysql_job_queue(pool)
     try:
         await queue.enqueue_many([JobInput(id=f"job-{n}", space_id=1, action_id="a", environment="main",
@@ -135,14 +136,21 @@ async def test_a_hand_back_refused_by_a_read_only_server_is_retried_while_the_le
     windows: list[float] = []
 
     class ReadOnlyOnFirstSwap:
-        async def swap(self, key: str, expected: str | None, value: str, ttl: float) -> bool:
+        async def window(self) -> None:
             if not windows:  # a failover starting right after the claim, for 1.5 s
                 windows.append(time.monotonic())
                 await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 1")
                 asyncio.get_running_loop().call_later(
                     1.5, lambda: asyncio.ensure_future(
                         asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 0")))
+
+        async def swap(self, key: str, expected: str | None, value: str, ttl: float) -> bool:
+            await self.window()
             return await kv.swap(key, expected, value, ttl)
+
+        async def take_absent(self, pairs: Any, ttl: float) -> Any:  # the worker's batched single-flight take
+            await self.window()
+            return await kv.take_absent(pairs, ttl)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(kv, name)
