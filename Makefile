@@ -18,7 +18,7 @@ test: setup lint typecheck sql-check
 	$(PY) -m pytest -q
 
 lint: setup
-	$(PY) -m ruff check src tests bench scripts examples alembic
+	$(PY) -m ruff check src tests bench scripts examples
 
 typecheck: setup
 	$(PY) -m mypy

@@ -42,7 +42,9 @@ def expected_files() -> dict[str, str]:
         + sql_script(mysql_job_schema_statements("")),
         "upgrades.sql": _header(
             "mysql_job_schema_upgrades",
-            "Brings tables made by an earlier release up to date; safe to run on current tables.",
+            "Brings tables made by an earlier release, or by the TypeScript original (@plitzi/sdk-server 0.37.2),\n"
+            "-- up to date: `mariadb app < sql/upgrades.sql` (in order, on one session). Changes nothing on current\n"
+            "-- tables; safe to rerun, also after a crash half-way; see docs/migrations.md.",
             "ddl --upgrades",
         )
         + (sql_script(upgrades) if upgrades else "-- (no upgrade statements in this release)\n"),

@@ -82,6 +82,18 @@ def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
         conn.close()
 
 
+def sql_session(url: str, statements: list[str]) -> None:
+    """Statements in order on ONE autocommit connection, as a migration tool runs them (the upgrade statements
+    hand values to each other in session variables)."""
+    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            for statement in statements:
+                cur.execute(statement)
+    finally:
+        conn.close()
+
+
 def mariadb_client(url: str) -> tuple[list[str], dict[str, str]]:
     """The `mariadb` command line (and environment, for the password) that reaches `url`'s database."""
     client = shutil.which("mariadb") or shutil.which("mysql")

@@ -66,7 +66,7 @@ def table_list(url: str) -> set[str]:
 
 
 def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
-    """Columns, indexes and table options of the three tables as information_schema reports them.
+    """Columns, indexes, table options and version records of the three tables as information_schema reports them.
 
     Table names are given without the prefix, so tables made with different prefixes compare equal when their
     definitions do.
@@ -91,7 +91,7 @@ def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
     )
     tables = query(
         url,
-        "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION, ROW_FORMAT, CREATE_OPTIONS"
+        "SELECT TABLE_NAME, ENGINE, TABLE_COLLATION, ROW_FORMAT, CREATE_OPTIONS, TABLE_COMMENT"
         f" FROM information_schema.TABLES WHERE {where} ORDER BY TABLE_NAME",
         args,
     )

@@ -27,7 +27,7 @@ from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import open_pool, sql
+from .conftest import open_pool, sql, sql_session
 
 
 def job(id: str, **fields: Any) -> JobInput:
@@ -144,8 +144,7 @@ async def test_create_tables_false_never_sends_ddl(database_url: str, pools: lis
     with pytest.raises(pymysql.err.ProgrammingError):
         await kv.set("k", "v")
     assert tables(database_url) == []
-    for statement in mysql_job_schema_statements() + mysql_job_schema_upgrades():
-        sql(database_url, statement)
+    sql_session(database_url, mysql_job_schema_statements() + mysql_job_schema_upgrades())
     assert await queue.enqueue(job("j")) is True
     await kv.set("k", "v")
     assert await kv.get("k") == "v"
@@ -218,7 +217,7 @@ def test_schema_statements_are_plain_and_prefixed() -> None:
     statements = mysql_job_schema_statements("app_")
     assert len(statements) == 3
     assert all(s.startswith("CREATE TABLE IF NOT EXISTS `app_action_") for s in statements)
-    assert mysql_job_schema_upgrades("app_") == []
+    assert all("app_action_" in s for s in mysql_job_schema_upgrades("app_") if "ALTER" in s or "RENAME" in s)
 
 
 async def test_identifier_columns_compare_bytes(database_url: str, pools: list[Any]) -> None:

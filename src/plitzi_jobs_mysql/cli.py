@@ -1,7 +1,7 @@
 """`plitzi-jobs-mysql` (`python -m plitzi_jobs_mysql`): the schema for users' migrations, and an operator's view.
 
     plitzi-jobs-mysql ddl [--prefix P] [--upgrades]          print the statements: `... ddl | mariadb app`
-    plitzi-jobs-mysql migrate --url URL [--prefix P]         apply schema + upgrades (idempotent)
+    plitzi-jobs-mysql migrate --url URL [--prefix P] [--dry-run]   create/upgrade the tables (idempotent)
     plitzi-jobs-mysql jobs list --space N [...]              newest first; --action, --status, --limit, --offset
     plitzi-jobs-mysql jobs show|retry|cancel --space N ID
     plitzi-jobs-mysql schedules list --space N
@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import os
 import sys
-import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -25,9 +24,19 @@ import pymysql
 from pymysql.constants import CR, ER
 
 from .cli_output import job_dict, print_json, schedule_dict, show_job, table, when
+from .errors import SchemaMismatchError
 from .migrations import sql_script
+from .mysql.migrate import PlannedTable, plan_migration, run_migration
 from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
-from .mysql.schema import check_prefix, mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
+from .mysql.schema import (
+    ABSENT,
+    ORIGINAL,
+    UNRECORDED,
+    check_prefix,
+    mysql_job_schema_statements,
+    mysql_job_schema_upgrades,
+    table_names,
+)
 from .records import TERMINAL_STATUSES, Job, JobStatus
 from .url import MysqlUrl, parse_mysql_url
 
@@ -132,7 +141,7 @@ def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Aw
         return asyncio.run(run())
     except pymysql.err.MySQLError as error:
         raise _explain(error, url, prefix) from None
-    except ValueError as error:  # the queue's own validation (an id too long, a bad status, ...)
+    except (ValueError, SchemaMismatchError) as error:  # the queue's validation; tables it will not use
         raise CliError(str(error)) from None
     except OSError as error:  # includes TimeoutError
         raise CliError(f"cannot reach the MySQL server at {url.host}:{url.port}: {error}") from None
@@ -153,33 +162,46 @@ def cmd_ddl(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     url = _url(args)
     prefix = _prefix(args)
-    names = table_names(prefix)
     conn = _connect(url, prefix)
     try:
-        with conn.cursor() as cur, warnings.catch_warnings():
-            warnings.simplefilter("ignore", pymysql.Warning)  # "already exists" is what IF NOT EXISTS is for
-            wanted = (names.jobs, names.schedules, names.kv)
-            cur.execute(
-                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()"
-                " AND TABLE_NAME IN (%s, %s, %s)",
-                wanted,
-            )
-            before = {str(row[0]) for row in cur.fetchall()}
-            for statement in mysql_job_schema_statements(prefix):
-                cur.execute(statement)
-            upgrades = mysql_job_schema_upgrades(prefix)
-            for statement in upgrades:
-                cur.execute(statement)
+        if args.dry_run:
+            plan = plan_migration(conn, prefix)
+            for planned in plan.tables:
+                print(f"`{planned.table.name}`: {planned.table.describe()}: would {planned.action}")
+            refusal = plan.refusal()
+            if refusal is not None:
+                raise CliError(str(refusal))
+            print(f"dry run: nothing changed (`{PROG} ddl --upgrades` prints the statements)")
+            return 0
+        plan, after = run_migration(
+            conn, prefix, waiting=lambda: print(f"{PROG}: waiting for another migrate of these tables", file=sys.stderr)
+        )
+    except SchemaMismatchError as error:
+        raise CliError(str(error)) from None
     except pymysql.err.MySQLError as error:
         raise _explain(error, url, prefix) from None
     finally:
         conn.close()
-    for name in wanted:
-        state = "already there" if name in before else "created"
-        print(f"{PROG}: table `{name}` {state}", file=sys.stderr)
-    applied = f"{len(upgrades)} upgrade statement(s) applied" if upgrades else "no upgrade statements to apply"
-    print(f"{PROG}: {applied}; the schema is up to date in database `{url.database}`", file=sys.stderr)
+    for planned in plan.tables:
+        print(f"{PROG}: table `{planned.table.name}` {_migrated(planned)}", file=sys.stderr)
+    version = after.tables[0].version
+    print(f"{PROG}: the schema is up to date (schema {version}) in database `{url.database}`", file=sys.stderr)
     return 0
+
+
+def _migrated(planned: PlannedTable) -> str:
+    """What happened to a table, in the words of its plan (another run may have done it first: same result)."""
+    found = planned.table.found
+    if found == ABSENT:
+        return "created"
+    if found == ORIGINAL:
+        return (
+            f"converted from the TypeScript original's layout: {planned.rows} row(s) copied, the original kept as "
+            f"`{planned.kept_as}` (drop it once you are satisfied)"
+        )
+    if found == UNRECORDED:
+        return "already there; its schema version recorded"
+    return "already there"
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
@@ -354,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     ddl.set_defaults(func=cmd_ddl)
 
     migrate = commands.add_parser("migrate", parents=[conn], help="create/upgrade the tables (idempotent)")
+    migrate.add_argument("--dry-run", action="store_true", help="print what it would do; change nothing")
     migrate.set_defaults(func=cmd_migrate)
 
     jobs = commands.add_parser("jobs", help="list, show, retry or cancel jobs").add_subparsers(

@@ -11,17 +11,38 @@ A user's revision calls them with Alembic's ``op``::
     def downgrade() -> None:
         drop_job_tables(op, prefix="")
 
+and keeps autogenerate away from the job tables in the user's ``env.py``::
+
+    from plitzi_jobs_mysql.migrations import include_object
+
+    context.configure(connection=connection, target_metadata=metadata, include_object=include_object)
+
 Nothing here imports Alembic: ``op`` is anything with an ``execute(sql)`` method, so Alembic stays an
-optional dependency (the ``migrations`` extra).
+optional dependency (the ``migrations`` extra). The statements run in order on ``op``'s one connection, which the
+upgrade statements need (they pass values in session variables).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from .mysql.schema import mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
+from .mysql.tables import side_names
 
-__all__ = ["create_job_tables", "drop_job_statements", "drop_job_tables", "sql_script"]
+__all__ = [
+    "ALEMBIC_SCRIPT_LOCATION",
+    "create_job_tables",
+    "drop_job_statements",
+    "drop_job_tables",
+    "include_object",
+    "include_object_for",
+    "sql_script",
+    "upgrade_job_tables",
+]
+
+#: `script_location` of the Alembic environment shipped inside the package (for an `alembic.ini` of your own).
+ALEMBIC_SCRIPT_LOCATION = "plitzi_jobs_mysql:alembic"
 
 
 class SupportsExecute(Protocol):
@@ -42,6 +63,12 @@ def create_job_tables(op: SupportsExecute, prefix: str = "") -> None:
         op.execute(statement)
 
 
+def upgrade_job_tables(op: SupportsExecute, prefix: str = "") -> None:
+    """Runs only the upgrade steps: for a revision of your own after a release that adds one."""
+    for statement in mysql_job_schema_upgrades(prefix):
+        op.execute(statement)
+
+
 def drop_job_statements(prefix: str = "") -> list[str]:
     """``DROP TABLE IF EXISTS`` for the three tables."""
     t = table_names(prefix)
@@ -59,3 +86,32 @@ def sql_script(statements: list[str]) -> str:
     if not statements:
         return ""
     return "\n\n".join(statement.rstrip().rstrip(";") + ";" for statement in statements) + "\n"
+
+
+IncludeObject = Callable[[Any, "str | None", str, bool, Any], bool]
+
+
+def include_object_for(*prefixes: str) -> IncludeObject:
+    """An ``include_object`` for Alembic's ``context.configure`` that hides this package's tables (for each
+    prefix; none means the empty prefix) from autogenerate, so it never proposes dropping or altering them.
+
+    Hidden: the three tables, the copies `migrate` keeps of the TypeScript original's (``*_old``) or builds
+    (``*_new``), and this package's own Alembic version table.
+    """
+    hidden: set[str] = set()
+    for prefix in prefixes or ("",):
+        for names in (table_names(prefix), side_names(prefix, "old"), side_names(prefix, "new")):
+            hidden.update(names.all())
+        hidden.add(f"{prefix}plitzi_jobs_alembic_version")
+
+    def include(object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+        if type_ == "table":
+            return name not in hidden
+        table = getattr(object_, "table", None)  # a column, index or constraint: judged by its table
+        return getattr(table, "name", None) not in hidden
+
+    return include
+
+
+#: ``include_object`` for tables without a prefix: ``context.configure(..., include_object=include_object)``.
+include_object: IncludeObject = include_object_for("")

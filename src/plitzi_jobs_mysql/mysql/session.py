@@ -23,8 +23,9 @@ from pymysql.constants import ER
 from ..errors import ConnectionCharsetError, PayloadTooLargeError
 from . import packet
 from .flavour import CAUSAL_WAIT, Flavour, flavour_of
-from .schema import check_prefix, mysql_job_schema_statements, table_names
-from .statements import Statements, statements_for
+from .schema import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
+from .statements import SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
+from .tables import table_names
 
 log = logging.getLogger(__name__)
 
@@ -206,8 +207,17 @@ class MysqlStore:
                 )
             rows = await conn.fetch(self.sql.server_limits)
             self.max_packet, version = int(rows[0][0]), as_text(rows[0][1])
+            state = await self._schema_state(conn)
+            mismatch = state.error()
+            if mismatch is not None:
+                # Nothing written yet: refusing here is what keeps a write from failing half-way on wrong tables.
+                log.error("%s", mismatch)
+                raise mismatch
+            if any(table.found == UNRECORDED for table in state.tables):
+                log.info("tables %s carry no version record; `plitzi-jobs-mysql migrate` records it",
+                         ", ".join(t.name for t in state.tables if t.found == UNRECORDED))  # fmt: skip
             if self.create_tables:
-                await self._create_missing_tables(conn)
+                await self._create_missing_tables(conn, state)
             self.flavour = flavour_of(version, await self._is_galera(conn))
             if self.flavour.galera:
                 # A node applies other nodes' writes a moment after they commit: without a causal wait, a
@@ -243,19 +253,17 @@ class MysqlStore:
         rows = await conn.fetch("SHOW VARIABLES LIKE 'wsrep_on'")
         return bool(rows) and as_text(rows[0][1]).upper() == "ON"
 
-    async def _create_missing_tables(self, conn: Connection) -> None:
+    async def _schema_state(self, conn: Connection) -> SchemaState:
+        names = list(table_names(self.prefix).all())
+        tables = await conn.fetch(SCHEMA_TABLES, (names,))
+        columns = await conn.fetch(SCHEMA_COLUMNS, (names,)) if tables else []
+        return schema_state(self.prefix, tables, columns)
+
+    async def _create_missing_tables(self, conn: Connection, state: SchemaState) -> None:
         """Only what is missing: no DDL (and no metadata lock) at all once the tables exist."""
-        names = table_names(self.prefix)
-        wanted = [names.jobs, names.schedules, names.kv]
-        rows = await conn.fetch(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() "
-            "AND table_name IN %s",
-            (wanted,),
-        )
-        present = {as_text(row[0]) for row in rows}
-        for name, statement in zip(wanted, mysql_job_schema_statements(self.prefix), strict=True):
-            if name not in present:
-                log.info("creating table %s", name)
+        for table, statement in zip(state.tables, mysql_job_schema_statements(self.prefix), strict=True):
+            if table.found == ABSENT:
+                log.info("creating table %s", table.name)
                 await conn.write(statement)
 
     @asynccontextmanager

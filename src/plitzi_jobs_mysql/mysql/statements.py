@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..records import JobStatus
-from .schema import table_names
+from .tables import table_names
 
 #: The server's now in epoch ms, exact in any session time zone (UNIX_TIMESTAMP(NOW(3)) is an hour wrong
 #: inside a daylight-saving fall-back hour).
@@ -37,6 +37,21 @@ JOB_COLUMNS = ", ".join(f"`{name}`" for name in JOB_COLUMN_NAMES)
 SCHEDULE_COLUMNS = ", ".join(f"`{name}`" for name in SCHEDULE_COLUMN_NAMES)
 TERMINAL = "(" + ", ".join(f"'{status}'" for status in JobStatus if status.terminal) + ")"
 
+# What a database holds, read on first use and by `migrate` (schema.schema_state reads the rows): each table's
+# version record (its COMMENT) and its columns. Plain reads of the data dictionary, no locks.
+SCHEMA_TABLES = (
+    "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+    "AND TABLE_NAME IN %s"
+)
+SCHEMA_COLUMNS = (
+    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+    "AND TABLE_NAME IN %s ORDER BY TABLE_NAME, ORDINAL_POSITION"
+)
+
+
+def count_rows(table: str) -> str:
+    """What `migrate --dry-run` reports a copy would move (`table` is one of `table_names`)."""
+    return f"SELECT COUNT(*) FROM `{table}`"
 
 
 def _attempt_json(status: str, worker: str, run_id: str, error: str, ended_at: str) -> str:

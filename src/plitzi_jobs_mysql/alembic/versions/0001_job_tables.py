@@ -1,4 +1,4 @@
-"""The jobs, schedules and kv tables.
+"""The jobs, schedules and kv tables at schema 1; the TypeScript original's tables converted in place.
 
 Revision ID: 0001
 Revises:

@@ -23,7 +23,12 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 ENV_URL = "PLITZI_MYSQL_URL"
 
 config = context.config
-if config.config_file_name is not None and config.attributes.get("configure_logger", True):
+# A user's own alembic.ini may be two lines (`[alembic]` and `script_location = plitzi_jobs_mysql:alembic`).
+if (
+    config.config_file_name is not None
+    and config.attributes.get("configure_logger", True)
+    and config.file_config.has_section("loggers")
+):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 x_args = context.get_x_argument(as_dictionary=True)
