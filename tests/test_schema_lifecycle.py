@@ -259,6 +259,10 @@ def test_dry_run_prints_the_plan_and_changes_nothing(database_url: str) -> None:
     assert "kept as `action_kv_old`" in result.stdout and "dry run: nothing changed" in result.stdout
     assert sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv") == before
     assert len(sql(database_url, "SHOW TABLES")) == 3
+    # The operator commands refuse those tables too, in one line that names the fix.
+    listing = cli("jobs", "list", "--url", database_url, "--space", "1")
+    assert listing.returncode == 2 and len(listing.stderr.strip().splitlines()) == 1
+    assert "TypeScript original" in listing.stderr and "plitzi-jobs-mysql migrate" in listing.stderr
 
 
 async def test_migrate_turns_the_originals_tables_into_this_schema_without_losing_a_row(
@@ -376,14 +380,14 @@ def test_every_upgrade_path_ends_like_a_fresh_install(
 
 
 def test_a_run_that_died_half_way_resumes(mysql_url: str, fresh_snapshot: dict[str, Any]) -> None:
-    """Cut after each step of the jobs table's copy, and between and inside the others' (the same code), then let
-    `migrate` finish: a crash there leaves what these cuts leave (each statement is atomic)."""
+    """Cut at each kind of state a crash can leave (every statement is atomic), then let `migrate` finish."""
     statements = mysql_job_schema_statements() + mysql_job_schema_upgrades()
     executes = [i + 1 for i, s in enumerate(statements) if s == "EXECUTE pjm_step"]
     # Per table: its stamp (a no-op on the original's tables), then drop, create, fingerprint, copy, fingerprint,
-    # swap. Every cut in the jobs table's copy; after the schedules' and the kv table's copy and swap.
+    # swap. Cut with the jobs copy created empty, and filled; with jobs swapped in and the others not; with two
+    # swapped; with the last one copied but not swapped.
     assert len(executes) == 21
-    cuts = [*executes[1:7], executes[11], executes[12], executes[18]]
+    cuts = [executes[2], executes[4], executes[6], executes[13], executes[18]]
     for cut in cuts:
         with fresh_database(mysql_url, "pjm_cut") as url:
             populate(url)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -408,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # The command reports every failure itself, in one line; the library's own log lines would repeat it.
+    logging.getLogger("plitzi_jobs_mysql").addHandler(logging.NullHandler())
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
