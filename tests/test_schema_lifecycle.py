@@ -9,8 +9,8 @@ processes at once take turns; the contract suites pass on the upgraded tables.
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -25,8 +25,8 @@ from plitzi_jobs_mysql import (
     JobInput,
     JobQueue,
     KvStore,
-    SchemaMismatchError,
     ScheduleInput,
+    SchemaMismatchError,
     create_mysql_job_queue,
     create_mysql_kv,
 )

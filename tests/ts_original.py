@@ -57,7 +57,9 @@ class Original:
         )
 
     def _row(self, id: str) -> dict[str, Any]:
-        self.cur.execute(f"SELECT status, updated_at, attempts, history, worker_id, run_at FROM {self.jobs} WHERE id = %s", (id,))
+        self.cur.execute(
+            f"SELECT status, updated_at, attempts, history, worker_id, run_at FROM {self.jobs} WHERE id = %s", (id,)
+        )
         status, updated_at, attempts, history, worker_id, run_at = self.cur.fetchone()
         return {"status": status, "updated_at": updated_at, "attempts": attempts, "history": json.loads(history),
                 "worker_id": worker_id, "run_at": run_at}  # fmt: skip
@@ -82,7 +84,8 @@ class Original:
         row = self._row(id)
         history = row["history"]
         if attempt is not None:
-            history = [*history, {**attempt, "attempt": len(history) + 1, "startedAt": row["updated_at"], "endedAt": at}]
+            numbered = {**attempt, "attempt": len(history) + 1, "startedAt": row["updated_at"], "endedAt": at}
+            history = [*history, numbered]
         pending = status == "pending"
         attempts = max(0, row["attempts"] - 1) if pending and attempt is None else row["attempts"]
         terminal = status in ("succeeded", "failed", "dead", "cancelled")
