@@ -73,7 +73,6 @@ def plan_migration(conn: Any, prefix: str) -> MigrationPlan:
     state = read_state(conn, prefix)
     kept = kept_originals(prefix).all()
     present = {as_text(row[0]) for row in _fetch(conn, SCHEMA_TABLES, (list(kept),))}
-    mismatch = state.error()
     planned: list[PlannedTable] = []
     for table, old in zip(state.tables, kept, strict=True):
         if table.found == ABSENT:
@@ -92,8 +91,7 @@ def plan_migration(conn: Any, prefix: str) -> MigrationPlan:
             blocked = taken if old in present else None
             planned.append(PlannedTable(table, action, rows, old, blocked))
         else:
-            fix = str(mismatch).split("To fix: ", 1)[-1] if mismatch else ""
-            planned.append(PlannedTable(table, "none possible", blocked=f"it is {table.describe()}; {fix}"))
+            planned.append(PlannedTable(table, "none possible", blocked=f"it is {table.describe()}; {state.fix()}"))
     return MigrationPlan(prefix, tuple(planned))
 
 

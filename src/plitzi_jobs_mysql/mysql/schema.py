@@ -141,22 +141,28 @@ class SchemaState:
     def up_to_date(self) -> bool:
         return all(table.found == CURRENT for table in self.tables)
 
+    def fix(self) -> str:
+        """What makes the tables usable, in words (empty when they are)."""
+        wrong = [table for table in self.tables if not table.usable]
+        if not wrong:
+            return ""
+        if any(table.found == NEWER for table in wrong):
+            return "upgrade plitzi_jobs_mysql on every replica to the release that made them (never downgrade)"
+        if all(table.found in (ORIGINAL, OLDER) for table in wrong):
+            return _FIX.format(prefix=f" --prefix {self.prefix}" if self.prefix else "")
+        if any(table.found == DAMAGED for table in wrong):
+            return "restore the missing columns from a backup or `plitzi-jobs-mysql ddl`, or use another table_prefix"
+        return "rename or drop those tables, or use another table_prefix"
+
     def error(self) -> SchemaMismatchError | None:
         """What first use must refuse, naming each table found and the command that fixes it."""
         wrong = [table for table in self.tables if not table.usable]
         if not wrong:
             return None
         found = "; ".join(f"`{table.name}` is {table.describe()}" for table in wrong)
-        if any(table.found == NEWER for table in wrong):
-            fix = "upgrade plitzi_jobs_mysql on every replica to the release that made them (never downgrade)"
-        elif all(table.found in (ORIGINAL, OLDER) for table in wrong):
-            fix = _FIX.format(prefix=f" --prefix {self.prefix}" if self.prefix else "")
-        elif any(table.found == DAMAGED for table in wrong):
-            fix = "restore the missing columns from a backup or `plitzi-jobs-mysql ddl`, or use another table_prefix"
-        else:
-            fix = "rename or drop those tables, or use another table_prefix"
         return SchemaMismatchError(
-            f"plitzi_jobs_mysql runs on schema {SCHEMA_VERSION} and will not use these tables: {found}. To fix: {fix}"
+            f"plitzi_jobs_mysql runs on schema {SCHEMA_VERSION} and will not use these tables: {found}. "
+            f"To fix: {self.fix()}"
         )
 
 

@@ -182,7 +182,8 @@ class MysqlStore:
         self._packet_stale = False
 
     async def _first_use(self, conn: Connection) -> None:
-        """Checks the connection's character set and creates the tables; remembered only once it succeeded."""
+        """Checks the connection's character set and the tables' schema, creates missing tables; remembered only
+        once it succeeded."""
         if self._ready:
             return
         if self._ready_lock is None:
