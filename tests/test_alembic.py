@@ -1,4 +1,4 @@
-"""The Alembic environment (shipped inside the package; the repo root's alembic.ini points at it), against the real server.
+"""The Alembic environment (inside the package; the root alembic.ini points at it), against the real server.
 
 `alembic upgrade head` / `downgrade base` / `upgrade head` work with and without a prefix, and the tables they
 make are identical (as information_schema reads them) to the ones the adapters create on first use and to
