@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .statements import TERMINAL
 from .tables import (
     MARKER_TEXT,
     TS_LAYOUTS,
@@ -95,23 +96,29 @@ def _history(column: str) -> str:
     return expression
 
 
-def _copy_jobs(source: str, target: str) -> str:
-    # Enqueue order becomes `seq` (AUTO_INCREMENT follows the ORDER BY). A running job keeps its holder and lease;
-    # its claim instant was the original's updated_at. Ids go over byte for byte: under the original's
-    # case-insensitive key two ids that differ only by case or trailing space could never both exist.
-    return (
+def _copy_jobs(source: str, target: str) -> list[str]:
+    # Finished jobs first, in the original's key order (no sort: a sort of a million rows with their history read
+    # them back one by one); then the waiting and running ones in enqueue order, which `seq` keeps from here on
+    # (claims break run_at ties by it). A running job keeps its holder and lease; its claim instant was the
+    # original's updated_at. Ids go over byte for byte: under the original's case-insensitive key two ids that
+    # differ only by case or trailing space could never both exist.
+    insert = (
         f"INSERT INTO `{target}` (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
         "missed, `key`, status, run_at, attempts, created_at, updated_at, claimed_at, lease_until, worker_id, "
         "run_id, cancel_requested, error, history) "
         "SELECT CAST(id AS BINARY), space_id, CAST(action_id AS BINARY), CAST(environment AS BINARY), "
         "CAST(trigger_type AS BINARY), input, due_at, max_attempts, missed, NULL, status, run_at, attempts, "
         "created_at, updated_at, IF(status = 'running', updated_at, NULL), lease_until, CAST(worker_id AS BINARY), "
-        f"CAST(run_id AS BINARY), cancel_requested, error, {_history('history')} "
-        f"FROM `{source}` ORDER BY created_at, id"
+        f"CAST(run_id AS BINARY), cancel_requested, error, {_history('history')} FROM `{source}` "
     )
+    return [
+        f"{insert}FORCE INDEX (PRIMARY) WHERE status IN {TERMINAL} ORDER BY id",
+        f"{insert}WHERE status NOT IN {TERMINAL} ORDER BY created_at, id",
+    ]
 
 
 def _copy_schedules(source: str, target: str) -> str:
+    # The original's primary key order is the new one's (space, action), so this needs no sort either.
     return (
         f"INSERT INTO `{target}` (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
         "max_attempts, missed, updated_at, last_fire_at) "
@@ -126,6 +133,12 @@ def _copy_kv(source: str, target: str) -> str:
     return f"INSERT INTO `{target}` (k, v, expires_at) SELECT k, v, expires_at FROM `{source}`"
 
 
+def _copy(index: int, source: str, target: str) -> list[str]:
+    if index == 0:
+        return _copy_jobs(source, target)
+    return [(_copy_schedules, _copy_kv)[index - 1](source, target)]
+
+
 # What every write of the original moves (a claim, heartbeat, settle, cancel, put, set): read before and after the
 # copy, so a table still being written is not swapped out with writes missing.
 _FINGERPRINTS = (
@@ -133,7 +146,6 @@ _FINGERPRINTS = (
     "COUNT(*), SUM(updated_at), SUM(next_run_at)",
     "COUNT(*), SUM(IFNULL(expires_at, 0)), SUM(CRC32(v))",
 )
-_COPIES = (_copy_jobs, _copy_schedules, _copy_kv)
 _V1 = (jobs_v1, schedules_v1, kv_v1)
 
 
@@ -146,7 +158,7 @@ def _convert(table: str, new: str, old: str, index: int) -> list[str]:
         *_guarded(is_original, f"DROP TABLE IF EXISTS `{new}`"),  # a copy a crashed run left half-done
         *_guarded(is_original, _V1[index](new)),
         *_guarded(is_original, fingerprint.format(when="before")),
-        *_guarded(is_original, _COPIES[index](table, new)),
+        *(line for copy in _copy(index, table, new) for line in _guarded(is_original, copy)),
         *_guarded(is_original, fingerprint.format(when="after")),
         *_guarded(
             f"{is_original} AND @pjm_before = @pjm_after", f"RENAME TABLE `{table}` TO `{old}`, `{new}` TO `{table}`"
