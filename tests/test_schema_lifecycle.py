@@ -259,7 +259,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(database_url: str) -> None:
     before = sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv")
     result = ok(cli("migrate", "--url", database_url, "--dry-run"))
     assert "`action_jobs`: the TypeScript original's table" in result.stdout
-    assert "would copy its 13 row(s) into a new schema-1 table" in result.stdout
+    assert "its 13 row(s) will be copied into a new schema-1 table" in result.stdout
     assert "kept as `action_kv_old`" in result.stdout and "dry run: nothing changed" in result.stdout
     assert sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv") == before
     assert len(sql(database_url, "SHOW TABLES")) == 3

@@ -168,7 +168,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         if args.dry_run:
             plan = plan_migration(conn, prefix)
             for planned in plan.tables:
-                print(f"`{planned.table.name}`: {planned.table.describe()}: would {planned.action}")
+                print(f"`{planned.table.name}`: {planned.table.describe()}; {planned.action}")
             refusal = plan.refusal()
             if refusal is not None:
                 raise CliError(str(refusal))

@@ -35,7 +35,7 @@ from .upgrades import LOCK_WAIT_S, kept_originals, lock_is_free, release_lock, t
 @dataclass(frozen=True)
 class PlannedTable:
     table: TableState
-    action: str  # what migrate does to it, in words
+    action: str  # what migrate will do to it, in words
     rows: int | None = None  # rows a copy moves
     kept_as: str | None = None  # where a copy keeps the table it replaces
     blocked: str | None = None  # why nothing can be done
@@ -76,22 +76,24 @@ def plan_migration(conn: Any, prefix: str) -> MigrationPlan:
     planned: list[PlannedTable] = []
     for table, old in zip(state.tables, kept, strict=True):
         if table.found == ABSENT:
-            planned.append(PlannedTable(table, f"create it (schema {SCHEMA_VERSION})"))
+            planned.append(PlannedTable(table, f"will be created (schema {SCHEMA_VERSION})"))
         elif table.found == CURRENT:
-            planned.append(PlannedTable(table, "nothing (up to date)"))
+            planned.append(PlannedTable(table, "nothing to do"))
         elif table.found == UNRECORDED:
-            planned.append(PlannedTable(table, f"record schema {SCHEMA_VERSION} in its COMMENT (no data change)"))
+            recorded = f"schema {SCHEMA_VERSION} will be recorded in its COMMENT (no data change)"
+            planned.append(PlannedTable(table, recorded))
         elif table.found == ORIGINAL:
             rows = int(_fetch(conn, count_rows(table.name))[0][0])
             action = (
-                f"copy its {rows} row(s) into a new schema-{SCHEMA_VERSION} table and swap it in; the original "
-                f"is kept as `{old}`"
+                f"its {rows} row(s) will be copied into a new schema-{SCHEMA_VERSION} table, swapped in, and the "
+                f"original kept as `{old}`"
             )
             taken = f"`{old}` already exists (kept by an earlier migrate?): drop or rename it"
             blocked = taken if old in present else None
             planned.append(PlannedTable(table, action, rows, old, blocked))
         else:
-            planned.append(PlannedTable(table, "none possible", blocked=f"it is {table.describe()}; {state.fix()}"))
+            blocked = f"it is {table.describe()}; {state.fix()}"
+            planned.append(PlannedTable(table, "cannot be upgraded", blocked=blocked))
     return MigrationPlan(prefix, tuple(planned))
 
 
