@@ -30,14 +30,16 @@ from plitzi_jobs_mysql import (
     create_mysql_job_queue,
     create_mysql_kv,
 )
+from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.migrations import create_job_tables, include_object, include_object_for
 from plitzi_jobs_mysql.mysql.migrate import run_migration
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, mysql_job_schema_upgrades
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_database
+from plitzi_jobs_mysql.testing.support import Advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 from . import ts_original
-from .conftest import empty_tables, mariadb_client, open_pool, sql, sql_session
+from .conftest import Clock, empty_tables, mariadb_client, open_pool, sql, sql_session
 from .test_alembic import alembic, ok, schema_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -516,8 +518,16 @@ async def upgraded_pool(upgraded_db: str) -> AsyncIterator[Any]:
 
 class TestQueueOnUpgradedTables(JobQueueContract):
     @pytest.fixture
-    async def queue(self, upgraded_pool: Any) -> AsyncIterator[JobQueue]:
-        yield create_mysql_job_queue(upgraded_pool, create_tables=False)
+    def clock(self) -> Clock:
+        return Clock(wall_clock_ms())
+
+    @pytest.fixture
+    async def queue(self, upgraded_pool: Any, clock: Clock) -> AsyncIterator[JobQueue]:
+        yield create_mysql_job_queue(upgraded_pool, create_tables=False, clock=clock)
+
+    @pytest.fixture
+    def advance(self, clock: Clock) -> Advance:
+        return clock.advance
 
 
 class TestKvOnUpgradedTables(KvContract):
