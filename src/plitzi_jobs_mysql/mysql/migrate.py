@@ -18,6 +18,7 @@ from ..errors import SchemaMismatchError
 from .schema import (
     ABSENT,
     CURRENT,
+    OLDER,
     ORIGINAL,
     UNRECORDED,
     SchemaState,
@@ -82,6 +83,9 @@ def plan_migration(conn: Any, prefix: str) -> MigrationPlan:
         elif table.found == UNRECORDED:
             recorded = f"schema {SCHEMA_VERSION} will be recorded in its COMMENT (no data change)"
             planned.append(PlannedTable(table, recorded))
+        elif table.found == OLDER and table.version is not None and table.version >= 1:
+            # Version 1 is the first this package wrote; every later one has its step.
+            planned.append(PlannedTable(table, f"will be upgraded to schema {SCHEMA_VERSION}, step by step"))
         elif table.found == ORIGINAL:
             rows = int(_fetch(conn, count_rows(table.name))[0][0])
             action = (

@@ -148,7 +148,7 @@ class SchemaState:
             return ""
         if any(table.found == NEWER for table in wrong):
             return "upgrade plitzi_jobs_mysql on every replica to the release that made them (never downgrade)"
-        if all(table.found in (ORIGINAL, OLDER) for table in wrong):
+        if all(table.found == ORIGINAL or (table.found == OLDER and (table.version or 0) >= 1) for table in wrong):
             return _FIX.format(prefix=f" --prefix {self.prefix}" if self.prefix else "")
         if any(table.found == DAMAGED for table in wrong):
             return "restore the missing columns from a backup or `plitzi-jobs-mysql ddl`, or use another table_prefix"
