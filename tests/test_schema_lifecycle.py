@@ -31,7 +31,12 @@ from plitzi_jobs_mysql import (
     create_mysql_kv,
 )
 from plitzi_jobs_mysql.memory import wall_clock_ms
-from plitzi_jobs_mysql.migrations import create_job_tables, include_object, include_object_for
+from plitzi_jobs_mysql.migrations import (
+    ALEMBIC_SCRIPT_LOCATION,
+    create_job_tables,
+    include_object,
+    include_object_for,
+)
 from plitzi_jobs_mysql.mysql.migrate import run_migration
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, mysql_job_schema_upgrades
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_database
@@ -460,7 +465,8 @@ def test_two_migrate_processes_at_once_take_turns(database_url: str, fresh_snaps
 
 def test_alembic_runs_from_the_installed_package(database_url: str, tmp_path: Path) -> None:
     """A user's own alembic.ini, outside this repository, reaches the revisions inside the package."""
-    (tmp_path / "alembic.ini").write_text("[alembic]\nscript_location = plitzi_jobs_mysql:alembic\n")
+    assert ALEMBIC_SCRIPT_LOCATION == "plitzi_jobs_mysql:alembic"  # what docs/migrations.md tells users to write
+    (tmp_path / "alembic.ini").write_text(f"[alembic]\nscript_location = {ALEMBIC_SCRIPT_LOCATION}\n")
     env = {k: v for k, v in os.environ.items() if k != "PLITZI_MYSQL_URL"}
     command = [sys.executable, "-m", "alembic", "-c", str(tmp_path / "alembic.ini"), "-x", f"url={database_url}"]
     done = subprocess.run([*command, "upgrade", "head"], capture_output=True, text=True, cwd=tmp_path, env=env,
