@@ -15,6 +15,7 @@ from .tables import (
     PREFIX_MAX_CHARS,
     SCHEMA_VERSION,
     TS_LAYOUTS,
+    V1_LAYOUTS,
     Tables,
     check_prefix,
     marker_version,
@@ -116,6 +117,8 @@ def classify(name: str, role: str, comment: str | None, layout: str | None) -> T
     if version is None:
         if layout == expected:
             return TableState(name, role, UNRECORDED, SCHEMA_VERSION)
+        if layout == V1_LAYOUTS[index]:  # once the current schema is past 1
+            return TableState(name, role, OLDER, 1)
         if layout == TS_LAYOUTS[index]:
             return TableState(name, role, ORIGINAL)
         return TableState(name, role, FOREIGN, missing=missing)

@@ -153,6 +153,8 @@ def layout_of(ddl: str) -> str:
 
 
 CURRENT_LAYOUTS = tuple(layout_of(ddl("t")) for ddl in CURRENT_DDL)
+#: What this package's first tables look like; made before tables carried a version record, they have none.
+V1_LAYOUTS = tuple(layout_of(ddl("t")) for ddl in (jobs_v1, schedules_v1, kv_v1))
 
 #: The tables of the TypeScript original (@plitzi/sdk-server 0.37.2) as its schema helper made them.
 TS_LAYOUTS = (

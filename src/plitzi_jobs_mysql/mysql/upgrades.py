@@ -26,11 +26,11 @@ from .statements import TERMINAL
 from .tables import (
     MARKER_TEXT,
     TS_LAYOUTS,
+    V1_LAYOUTS,
     Tables,
     check_prefix,
     jobs_v1,
     kv_v1,
-    layout_of,
     marker,
     schedules_v1,
     side_names,
@@ -168,8 +168,8 @@ def _convert(table: str, new: str, old: str, index: int) -> list[str]:
 
 def _stamp(table: str, index: int, version: int) -> list[str]:
     """Records the version on a table that has its layout but no record (made before tables carried one)."""
-    layout = layout_of(_V1[index]("t"))
-    unrecorded = f"{_layout(table)} = {_text(layout)} AND LOCATE({_text(MARKER_TEXT)}, {_comment(table)}) = 0"
+    layout, comment = _layout(table), _comment(table)
+    unrecorded = f"{layout} = {_text(V1_LAYOUTS[index])} AND LOCATE({_text(MARKER_TEXT)}, {comment}) = 0"
     return _guarded(unrecorded, f"ALTER TABLE `{table}` COMMENT = '{marker(version)}'")
 
 
