@@ -150,9 +150,11 @@ def assert_carried_over(url: str, prefix: str = "") -> None:
     for new in new_jobs:
         old = old_jobs[new["id"]]
         same = ("space_id", "action_id", "environment", "input", "due_at", "max_attempts", "missed", "status",
-                "run_at", "attempts", "created_at", "updated_at", "lease_until", "worker_id", "run_id",
-                "cancel_requested", "error")  # fmt: skip
+                "attempts", "created_at", "updated_at", "lease_until", "worker_id", "run_id", "cancel_requested",
+                "error")  # fmt: skip
         assert {k: text(new[k]) for k in same} == {k: old[k] for k in same}, old["id"]
+        finished = old["status"] in ("succeeded", "failed", "dead", "cancelled")
+        assert new["run_at"] == (old["updated_at"] if finished else old["run_at"])
         assert text(new["trigger"]) == old["trigger_type"] and new["key"] is None
         assert new["claimed_at"] == (old["updated_at"] if old["status"] == "running" else None)
         history = [{HISTORY_KEYS.get(k, k): v for k, v in entry.items()} for entry in json.loads(old["history"])]

@@ -100,14 +100,16 @@ def _copy_jobs(source: str, target: str) -> list[str]:
     # Finished jobs first, in the original's key order (no sort: a sort of a million rows with their history read
     # them back one by one); then the waiting and running ones in enqueue order, which `seq` keeps from here on
     # (claims break run_at ties by it). A running job keeps its holder and lease; its claim instant was the
-    # original's updated_at. Ids go over byte for byte: under the original's case-insensitive key two ids that
-    # differ only by case or trailing space could never both exist.
+    # original's updated_at. A finished job's run_at is the instant it finished, as this package keeps it (the
+    # retention purge reads it): the original's updated_at. Ids go over byte for byte: under the original's
+    # case-insensitive key two ids that differ only by case or trailing space could never both exist.
     insert = (
         f"INSERT INTO `{target}` (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
         "missed, `key`, status, run_at, attempts, created_at, updated_at, claimed_at, lease_until, worker_id, "
         "run_id, cancel_requested, error, history) "
         "SELECT CAST(id AS BINARY), space_id, CAST(action_id AS BINARY), CAST(environment AS BINARY), "
-        "CAST(trigger_type AS BINARY), input, due_at, max_attempts, missed, NULL, status, run_at, attempts, "
+        "CAST(trigger_type AS BINARY), input, due_at, max_attempts, missed, NULL, status, "
+        f"IF(status IN {TERMINAL}, updated_at, run_at), attempts, "
         "created_at, updated_at, IF(status = 'running', updated_at, NULL), lease_until, CAST(worker_id AS BINARY), "
         f"CAST(run_id AS BINARY), cancel_requested, error, {_history('history')} FROM `{source}` "
     )
