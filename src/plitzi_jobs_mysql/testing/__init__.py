@@ -3,13 +3,15 @@
     from plitzi_jobs_mysql.testing import JobQueueContract
 
     class TestMyQueue(JobQueueContract):
-        @pytest.fixture
+        @pytest_asyncio.fixture
         async def queue(self):
             yield my_fresh_empty_queue()
 
 `mysql_server_url()` yields a root URL of a server: `PLITZI_MYSQL_URL` if set, else a testcontainers MySQL
 container where a Docker daemon answers, else a local `mysqld`/`mariadbd` started in a temporary directory.
-The contract suites need pytest; they are imported on first use, so the server helper works without it.
+The contract suites need pytest and pytest-asyncio (the `testing` extra); they are imported on first use, so the
+server helper works without them. The pytest plugin (`plugin.py`, loaded through the
+`pytest11` entry point) adds the fixtures `plitzi_mysql_url`, `plitzi_mysql_database` and `plitzi_mysql_pool`.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -31,6 +33,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("JobQueueContract", "KvContract"):
+        import pytest
+
+        # A failing contract shows the values it compared (also when the plugin is disabled with -p no:...).
+        parts = ("contract", "enqueue_contract", "lease_contract", "schedule_contract", "kv_contract", "support")
+        pytest.register_assert_rewrite(*(f"{__name__}.{part}" for part in parts))
         from . import contract
 
         return getattr(contract, name)

@@ -5,7 +5,7 @@ renew hands a running job to another replica, a settle from a worker that lost i
 attempt. Subclass a suite and supply a fixture that yields a fresh, empty subject:
 
     class TestMyQueue(JobQueueContract):
-        @pytest.fixture
+        @pytest_asyncio.fixture  # not @pytest.fixture: that needs asyncio_mode=auto
         async def queue(self):
             yield make_my_queue()
 
