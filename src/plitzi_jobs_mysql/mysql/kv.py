@@ -14,7 +14,7 @@ import pymysql
 from pymysql.constants import CLIENT, ER
 
 from .. import validation as check
-from ..errors import KvRowLockedError
+from ..errors import KvRowLockedError, StoreUnavailableError
 from .session import RETRIES, Connection, MysqlStore, as_text, error_code, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class MysqlKv:
         self._next_purge = time.monotonic() + PURGE_EVERY_S
         try:
             await self._store.run(lambda conn: conn.write(self._sql.kv_purge_lapsed, (PURGE_BATCH,)))
-        except pymysql.err.MySQLError:
+        except (pymysql.err.MySQLError, StoreUnavailableError):  # e.g. a read-only server: reads still work
             log.debug("purging lapsed keys failed; the next minute tries again", exc_info=True)
 
     async def get(self, key: str) -> str | None:

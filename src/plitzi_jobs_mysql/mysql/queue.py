@@ -15,6 +15,7 @@ import pymysql
 
 from .. import validation as check
 from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
+from ..errors import StoreUnavailableError
 from ..records import (
     LOST_ERROR,
     AttemptOutcome,
@@ -337,7 +338,7 @@ class MysqlJobQueue:
 
         try:
             removed = await self._store.run(purge)
-        except pymysql.err.MySQLError as error:
+        except (pymysql.err.MySQLError, StoreUnavailableError) as error:  # a read-only server included
             if is_conflict(error):
                 log.debug("purging finished jobs met a conflict (%s); the next pass tries again", error)
             else:

@@ -6,6 +6,9 @@
   are ever locked together and claimers cannot deadlock), and every borrow ends with a COMMIT or ROLLBACK.
 - A conflict the server reports (deadlock 1213, lock wait 1205; on Galera a certification failure at COMMIT) is
   a lost race for a compare-and-set, and a retry for an idempotent write: never a success.
+- A server that cannot be reached, a connection lost mid-call, or a server refusing writes (read-only) is a
+  `StoreUnavailableError` (a `ConnectionError`) carrying the driver's error as `__cause__`, so a caller can tell
+  "try again later" from a bug without knowing PyMySQL's error numbers.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import pymysql
-from pymysql.constants import ER
+from pymysql.constants import CR, ER
 
-from ..errors import ConnectionCharsetError, PayloadTooLargeError
+from ..errors import ConnectionCharsetError, PayloadTooLargeError, StoreUnavailableError
 from . import packet
 from .flavour import CAUSAL_WAIT, Flavour, flavour_of
 from .schema import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
@@ -30,6 +33,18 @@ from .tables import table_names
 log = logging.getLogger(__name__)
 
 CONFLICTS = frozenset({ER.LOCK_DEADLOCK, ER.LOCK_WAIT_TIMEOUT})
+# Cannot connect (socket, TCP, unknown host), gone away, lost mid-call.
+UNREACHABLE = frozenset({
+    CR.CR_CONNECTION_ERROR, CR.CR_CONN_HOST_ERROR, CR.CR_UNKNOWN_HOST, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST,
+    CR.CR_SERVER_LOST_EXTENDED,
+})  # fmt: skip
+# The server refuses writes: --read-only (1290), a read-only transaction (1792), innodb_read_only (1836), and a
+# Galera node outside the primary component (1047, "WSREP has not yet prepared node for application use").
+ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION = 1792
+ER_READ_ONLY_MODE = 1836
+READ_ONLY = frozenset(
+    {ER.OPTION_PREVENTS_STATEMENT, ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_READ_ONLY_MODE, ER.UNKNOWN_COM_ERROR}
+)
 RETRIES = 5
 # MariaDB's per-statement setting: reads, updates/deletes and inserts (1 + 2 + 4) wait until this node has applied
 # every write the cluster committed before they started.
@@ -57,6 +72,21 @@ def is_conflict(error: BaseException) -> bool:
 
 def is_duplicate(error: BaseException) -> bool:
     return bool(error_code(error) == ER.DUP_ENTRY)
+
+
+def unavailable(error: BaseException) -> StoreUnavailableError | None:
+    """The `StoreUnavailableError` a driver or socket error stands for, or None when it is something else."""
+    code = error_code(error)
+    if code in UNREACHABLE or isinstance(error, pymysql.err.InterfaceError):
+        return StoreUnavailableError(
+            f"the MySQL server cannot be reached or the connection was lost ({error}); whether a write in flight "
+            "took effect is unknown: retry it once the server answers (the package's writes are safe to repeat)"
+        )
+    if code in READ_ONLY:
+        return StoreUnavailableError(f"the MySQL server refuses writes ({error}): is it a read-only replica?")
+    if isinstance(error, OSError) and not isinstance(error, (TimeoutError, StoreUnavailableError)):
+        return StoreUnavailableError(f"the connection to the MySQL server failed ({error!r})")
+    return None
 
 
 def bind(sql: str, args: Any) -> tuple[str, Any]:
@@ -269,6 +299,17 @@ class MysqlStore:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
+        try:
+            async with self._borrow() as conn:
+                yield conn
+        except Exception as error:
+            mapped = unavailable(error)
+            if mapped is None:
+                raise
+            raise mapped from error
+
+    @asynccontextmanager
+    async def _borrow(self) -> AsyncIterator[Connection]:
         async with self.pool.acquire() as raw:
             conn = Connection(raw, self.statement_prefix)
             ok = False
