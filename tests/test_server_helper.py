@@ -62,7 +62,14 @@ DEFAULT_LOCAL_URL = "mysql://root@127.0.0.1:3306"
         ),
         ("MySQL://u:@h:1/d", MysqlUrl(host="h", port=1, user="u", password="", database="d")),
         ("mysql://u:p@ss@h/d", MysqlUrl(host="h", user="u", password="p@ss", database="d")),
-        ("mysql://u:pa/ss@h/d", MysqlUrl(host="h", user="u", password="pa/ss", database="d")),
+        ("mysql://u:pa%2Fss@h/d", MysqlUrl(host="h", user="u", password="pa/ss", database="d")),
+        (
+            "mysql://u@h/d?ssl-mode=verify_identity&ssl-ca=/etc/ca.pem&ssl_cert=/c.pem&ssl_key=/k.pem&charset=UTF8MB4",
+            MysqlUrl(host="h", user="u", database="d", params={
+                "ssl-mode": "VERIFY_IDENTITY", "ssl-ca": "/etc/ca.pem", "ssl-cert": "/c.pem", "ssl-key": "/k.pem",
+                "charset": "utf8mb4",
+            }),
+        ),
     ],
 )
 def test_parse_good_urls(url: str, expected: MysqlUrl) -> None:
@@ -70,9 +77,11 @@ def test_parse_good_urls(url: str, expected: MysqlUrl) -> None:
     assert parsed == expected
     # render(hide_password=False) parses back to the same value
     assert parse_mysql_url(parsed.render(hide_password=False)) == parsed
-    assert parse_mysql_url(parsed.sqlalchemy_url()) == MysqlUrl(
-        **{**parsed.__dict__, "params": {"charset": "utf8mb4", **parsed.params}}
-    )
+    again = parse_mysql_url(parsed.sqlalchemy_url())  # SQLAlchemy spells TLS its own way; it means the same
+    assert (again.ssl_mode, again.charset) == (parsed.ssl_mode, "utf8mb4")
+    assert {k: v for k, v in again.params.items() if k != "ssl-mode"} == {
+        "charset": "utf8mb4", **{k: v for k, v in parsed.params.items() if k != "ssl-mode"}
+    }
 
 
 SECRET = "Zq9Secr3t"
@@ -101,6 +110,16 @@ SECRET = "Zq9Secr3t"
         (f"mysql://:{SECRET}@h/db", "user name"),
         # An unencoded '?' in the password: "u:Zq9..." reads as host:port, and must not be echoed.
         (f"mysql://u:{SECRET}?x@h/db", "port is not a number"),
+        (f"mysql://u:{SECRET}/x@h/db", "percent-encode '/'"),
+        (f"mysql://u:{SECRET}@h/db?sslmode=require", "unknown parameter 'sslmode'"),
+        (f"mysql://u:{SECRET}@h/db?ssl_mode=REQUIRED&ssl-mode=DISABLED", "given twice"),
+        (f"mysql://u:{SECRET}@h/db?charset=latin1", "charset 'latin1' is not supported"),
+        (f"mysql://u:{SECRET}@h/db?charset=", "is empty"),
+        (f"mysql://u:{SECRET}@h/db?ssl-mode=ON", "ssl-mode must be one of"),
+        (f"mysql://u:{SECRET}@h/db?ssl-mode=VERIFY_CA", "needs ssl-ca"),
+        (f"mysql://u:{SECRET}@h/db?ssl-mode=REQUIRED&ssl-ca=/ca.pem", "not checked under ssl-mode=REQUIRED"),
+        (f"mysql://u:{SECRET}@h/db?ssl-mode=DISABLED&ssl-cert=/c.pem", "DISABLED"),
+        (f"mysql://u:{SECRET}@h/db?ssl-key=/k.pem", "without ssl-cert"),
         ("", "empty"),
         ("garbage", "expected 'mysql://"),
         ("mysql://", "no host"),
@@ -114,6 +133,38 @@ def test_parse_bad_urls_name_the_problem_and_hide_the_password(url: str, names: 
     assert "\n" not in message
     assert SECRET not in message
     assert SECRET[:4] not in message
+
+
+@pytest.mark.parametrize(
+    ("query", "mode", "sqlalchemy_query"),
+    [
+        ("", "DISABLED", "charset=utf8mb4"),
+        ("ssl-mode=PREFERRED", "PREFERRED", "charset=utf8mb4&ssl_check_hostname=false"),
+        ("ssl-mode=REQUIRED", "REQUIRED", "charset=utf8mb4&ssl_check_hostname=false"),
+        ("ssl-cert=/c.pem", "REQUIRED", "charset=utf8mb4&ssl_cert=/c.pem&ssl_check_hostname=false"),
+        ("ssl-ca=/ca.pem", "VERIFY_CA", "charset=utf8mb4&ssl_ca=/ca.pem&ssl_check_hostname=false"),
+        ("ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem", "VERIFY_IDENTITY",
+         "charset=utf8mb4&ssl_ca=/ca.pem&ssl_check_hostname=true"),
+    ],
+)
+def test_tls_modes(query: str, mode: str, sqlalchemy_query: str) -> None:
+    url = parse_mysql_url("mysql://u@h/d" + (f"?{query}" if query else ""))
+    assert url.ssl_mode == mode
+    assert url.tls_required == (mode not in ("DISABLED", "PREFERRED"))
+    assert url.sqlalchemy_url() == f"mysql+pymysql://u@h:3306/d?{sqlalchemy_query}"
+    assert parse_mysql_url(url.sqlalchemy_url()).ssl_mode == ("REQUIRED" if mode == "PREFERRED" else mode)
+
+
+def test_tls_contexts() -> None:
+    import ssl
+
+    assert parse_mysql_url("mysql://h").pymysql_kwargs().get("ssl") is None
+    required = parse_mysql_url("mysql://h?ssl-mode=REQUIRED").aiomysql_kwargs()["ssl"]
+    assert isinstance(required, ssl.SSLContext)
+    assert (required.verify_mode, required.check_hostname) == (ssl.CERT_NONE, False)
+    with pytest.raises(ValueError, match="ssl-ca=/nonexistent.pem") as info:
+        parse_mysql_url(f"mysql://u:{SECRET}@h?ssl-ca=/nonexistent.pem").pymysql_kwargs()
+    assert SECRET not in str(info.value)
 
 
 def test_url_methods() -> None:

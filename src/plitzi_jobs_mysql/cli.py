@@ -25,7 +25,7 @@ import pymysql
 from pymysql.constants import CR, ER
 
 from .cli_output import job_dict, print_json, schedule_dict, show_job, table, when
-from .errors import SchemaMismatchError
+from .errors import PlitziJobsError, SchemaMismatchError
 from .migrations import sql_script
 from .mysql.migrate import PlannedTable, plan_migration, run_migration
 from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
@@ -82,6 +82,10 @@ def _url(args: argparse.Namespace) -> MysqlUrl:
         raise CliError(str(error)) from None
     if url.database is None:
         raise CliError(f"the URL {url.render()} names no database (expected mysql://…/database)")
+    try:
+        url.ssl_context()  # a TLS file that cannot be read: say so before connecting
+    except ValueError as error:
+        raise CliError(str(error)) from None
     return url
 
 
@@ -92,11 +96,15 @@ def _prefix(args: argparse.Namespace) -> str:
         raise CliError(str(error)) from None
 
 
+def _where(url: MysqlUrl) -> str:
+    return f"{url.host}:{url.port}" if url.unix_socket is None else url.unix_socket
+
+
 def _explain(error: pymysql.err.MySQLError, url: MysqlUrl, prefix: str) -> CliError:
     """One line for what the server (or the network) said."""
     code = error.args[0] if error.args and isinstance(error.args[0], int) else None
     message = str(error.args[1]) if len(error.args) > 1 else str(error)
-    where = f"{url.host}:{url.port}" if url.unix_socket is None else url.unix_socket
+    where = _where(url)
     if code in UNREACHABLE:
         return CliError(f"cannot reach the MySQL server at {where}: {message}")
     if code == ER.ACCESS_DENIED_ERROR:
@@ -115,9 +123,17 @@ def _connect(url: MysqlUrl, prefix: str) -> Any:
     kwargs = url.pymysql_kwargs()
     kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
     try:
-        return pymysql.connect(**kwargs, autocommit=True)
+        conn = pymysql.connect(**kwargs, autocommit=True)
     except pymysql.err.MySQLError as error:
         raise _explain(error, url, prefix) from None
+    except OSError as error:  # e.g. the server's certificate failed verification
+        raise CliError(f"cannot connect to the MySQL server at {_where(url)}: {error}") from None
+    try:
+        url.check_tls(conn)
+    except ConnectionError as error:
+        conn.close()
+        raise CliError(str(error)) from None
+    return conn
 
 
 def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Awaitable[T]]) -> T:
@@ -132,6 +148,8 @@ def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Aw
         kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
         pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=2, autocommit=True)
         try:
+            async with pool.acquire() as conn:
+                url.check_tls(conn)  # ssl-mode=REQUIRED or stricter: never a silent plain-text fallback
             queue = create_mysql_job_queue(pool, table_prefix=prefix, create_tables=False)
             return await operation(queue)
         finally:
@@ -144,8 +162,10 @@ def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Aw
         raise _explain(error, url, prefix) from None
     except (ValueError, SchemaMismatchError) as error:  # the queue's validation; tables it will not use
         raise CliError(str(error)) from None
-    except OSError as error:  # includes TimeoutError
-        raise CliError(f"cannot reach the MySQL server at {url.host}:{url.port}: {error}") from None
+    except PlitziJobsError as error:  # e.g. the server's init_connect switched the connection's charset
+        raise CliError(str(error)) from None
+    except OSError as error:  # includes TimeoutError, a TLS failure and a refused ssl-mode
+        raise CliError(f"cannot reach the MySQL server at {_where(url)}: {error}") from None
 
 
 # -- commands ----------------------------------------------------------------------------------------------------

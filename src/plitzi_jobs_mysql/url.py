@@ -1,33 +1,61 @@
 """MySQL / MariaDB connection URLs.
 
-``parse_mysql_url("mysql://user:secret@db.example:3306/jobs?unix_socket=/run/mysqld/mysqld.sock")``
+``parse_mysql_url("mysql://user:secret@db.example:3306/jobs?ssl-mode=VERIFY_IDENTITY&ssl-ca=/etc/ca.pem")``
 returns a :class:`MysqlUrl` that hands the right keyword arguments to aiomysql and PyMySQL and renders a
-SQLAlchemy URL for Alembic.
+SQLAlchemy URL for Alembic. The standard library splits the URL (``urllib.parse``); what is checked here is only
+what is ours: the schemes, the parameters we accept, and messages that never show the password.
 
-Accepted schemes: ``mysql://``, ``mariadb://``, ``mysql+pymysql://`` and ``mysql+aiomysql://``. User name
-and password are percent-decoded (write ``@`` as ``%40``, ``:`` as ``%3A``, ``/`` as ``%2F``). Errors are
-``ValueError`` with one line naming what is wrong; they never contain the password.
+Accepted schemes: ``mysql://``, ``mariadb://``, ``mysql+pymysql://`` and ``mysql+aiomysql://``. User name,
+password and database are percent-decoded: write ``@`` as ``%40``, ``:`` as ``%3A``, ``/`` as ``%2F``, ``?`` as
+``%3F`` and ``#`` as ``%23``. Parameters (anything else is refused, not ignored):
+
+- ``unix_socket=/path``: connect through a socket (the host may then be left out);
+- ``connect_timeout=N``: seconds;
+- ``charset=utf8mb4``: the only character set the package works with (anything else is refused here, rather
+  than on first use of a pool);
+- TLS, named as the MySQL clients name them: ``ssl-mode`` (``DISABLED``, ``PREFERRED``, ``REQUIRED``,
+  ``VERIFY_CA``, ``VERIFY_IDENTITY``), ``ssl-ca``, ``ssl-cert``, ``ssl-key`` (file paths). SQLAlchemy's spellings
+  ``ssl_ca``, ``ssl_cert``, ``ssl_key`` and ``ssl_check_hostname`` are read too. Without ``ssl-mode``, an
+  ``ssl-ca`` means ``VERIFY_CA``, a client certificate alone ``REQUIRED``, and no TLS parameter at all no TLS.
+
+Under ``REQUIRED`` and the ``VERIFY_*`` modes the drivers would still fall back to a plain connection when the
+server offers no TLS at all; :meth:`MysqlUrl.check_tls` refuses such a connection (the command line and the
+testing helpers call it).
+
+Errors are ``ValueError`` with one line naming what is wrong; they never contain the password.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, quote, unquote, urlencode
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit
 
-__all__ = ["DEFAULT_PORT", "SCHEMES", "MysqlUrl", "parse_mysql_url"]
+from pymysql.constants import CLIENT
+
+__all__ = ["DEFAULT_PORT", "SCHEMES", "SSL_MODES", "MysqlUrl", "parse_mysql_url"]
 
 DEFAULT_PORT = 3306
 SCHEMES = frozenset({"mysql", "mariadb", "mysql+pymysql", "mysql+aiomysql"})
 DEFAULT_CHARSET = "utf8mb4"
-
-_SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*$")
+SSL_MODES = ("DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY")
+_TLS_REQUIRED = frozenset({"REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"})
+_SSL_FILES = ("ssl-ca", "ssl-cert", "ssl-key")
+# The parameter names accepted, mapped to the one each is stored under.
+_PARAMS = {
+    "connect_timeout": "connect_timeout",
+    "charset": "charset",
+    "ssl-mode": "ssl-mode",
+    "ssl_mode": "ssl-mode",
+    **{name: name for name in _SSL_FILES},
+    **{name.replace("-", "_"): name for name in _SSL_FILES},
+}
+_IN_THE_URL_ITSELF = frozenset({"user", "password", "host", "port", "database", "db"})
+_SCHEMES_TEXT = "expected mysql://, mariadb://, mysql+pymysql:// or mysql+aiomysql://"
 _HOST_RE = re.compile(r"^[A-Za-z0-9_.\-%]+$")
-_IPV6_RE = re.compile(r"^[0-9A-Fa-f:.]+(%[A-Za-z0-9_.\-]+)?$")
-# Query parameters given a typed meaning in the driver keyword arguments.
-_INT_PARAMS = ("connect_timeout",)
 
 
 def _fail(what: str) -> ValueError:
@@ -53,6 +81,56 @@ class MysqlUrl:
     def charset(self) -> str:
         return self.params.get("charset", DEFAULT_CHARSET)
 
+    @property
+    def ssl_mode(self) -> str:
+        """The TLS mode in effect: the ``ssl-mode`` given, or the one the other TLS parameters imply."""
+        if "ssl-mode" in self.params:
+            return self.params["ssl-mode"]
+        if "ssl-ca" in self.params:
+            return "VERIFY_CA"
+        if "ssl-cert" in self.params:
+            return "REQUIRED"
+        return "DISABLED"
+
+    @property
+    def tls_required(self) -> bool:
+        return self.ssl_mode in _TLS_REQUIRED
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The ``ssl.SSLContext`` both drivers take as ``ssl=``; None without TLS. ``ValueError`` for a file that
+        cannot be read as a certificate or key."""
+        mode = self.ssl_mode
+        if mode == "DISABLED":
+            return None
+        ca = self.params.get("ssl-ca")
+        try:
+            context = ssl.create_default_context(cafile=ca)
+            if mode in ("PREFERRED", "REQUIRED"):  # encrypted, but whoever answers is trusted
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            else:
+                context.check_hostname = mode == "VERIFY_IDENTITY"
+                context.verify_mode = ssl.CERT_REQUIRED
+            if "ssl-cert" in self.params:
+                context.load_cert_chain(self.params["ssl-cert"], self.params.get("ssl-key"))
+        except (OSError, ssl.SSLError) as error:
+            files = ", ".join(f"{name}={self.params[name]}" for name in _SSL_FILES if name in self.params)
+            raise ValueError(f"cannot use the TLS files of the MySQL URL ({files}): {error}") from None
+        return context
+
+    def check_tls(self, connection: Any) -> None:
+        """Refuses an unencrypted ``connection`` (PyMySQL or aiomysql) when the URL's ``ssl-mode`` requires TLS.
+
+        The drivers start TLS only when the server offers it and fall back to plain text silently otherwise.
+        Raises ``ConnectionError`` (one line)."""
+        if self.tls_required and not (int(getattr(connection, "server_capabilities", 0)) & CLIENT.SSL):
+            raise ConnectionError(
+                f"the MySQL server at {self._where()} offers no TLS, but the URL asks for ssl-mode={self.ssl_mode}"
+            )
+
+    def _where(self) -> str:
+        return self.unix_socket if self.unix_socket is not None else f"{self.host}:{self.port}"
+
     def _common_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "host": self.host,
@@ -63,9 +141,11 @@ class MysqlUrl:
         }
         if self.unix_socket is not None:
             kwargs["unix_socket"] = self.unix_socket
-        for name in _INT_PARAMS:
-            if name in self.params:
-                kwargs[name] = int(self.params[name])
+        if "connect_timeout" in self.params:
+            kwargs["connect_timeout"] = int(self.params["connect_timeout"])
+        context = self.ssl_context()
+        if context is not None:
+            kwargs["ssl"] = context
         return kwargs
 
     def aiomysql_kwargs(self) -> dict[str, Any]:
@@ -106,9 +186,16 @@ class MysqlUrl:
         return self._render("mysql", hide_password, self.params)
 
     def sqlalchemy_url(self) -> str:
-        """A SQLAlchemy URL for the PyMySQL dialect (``mysql+pymysql://…?charset=utf8mb4``)."""
-        params = dict(self.params)
+        """A SQLAlchemy URL for the PyMySQL dialect (``mysql+pymysql://…?charset=utf8mb4``), TLS in its spelling."""
+        params = {k: v for k, v in self.params.items() if not k.startswith("ssl")}
         params.setdefault("charset", DEFAULT_CHARSET)
+        mode = self.ssl_mode
+        if mode != "DISABLED":
+            for name in _SSL_FILES:
+                if name in self.params:
+                    params[name.replace("-", "_")] = self.params[name]
+            # Always explicit: SQLAlchemy checks the host name by default, a MySQL client only under VERIFY_IDENTITY.
+            params["ssl_check_hostname"] = "true" if mode == "VERIFY_IDENTITY" else "false"
         return self._render("mysql+pymysql", False, params)
 
     def __str__(self) -> str:
@@ -116,7 +203,7 @@ class MysqlUrl:
 
 
 def parse_mysql_url(url: str) -> MysqlUrl:
-    """Parse ``mysql://user:password@host:port/database?unix_socket=/path``.
+    """Parse ``mysql://user:password@host:port/database?name=value&…`` (the names the module docstring lists).
 
     Raises ``ValueError`` (one line, never containing the password) for anything else.
     """
@@ -127,118 +214,64 @@ def parse_mysql_url(url: str) -> MysqlUrl:
         raise _fail("the URL is empty")
     if any(ord(c) < 32 or c == " " for c in text):
         raise _fail("the URL contains spaces or control characters")
-    scheme, sep, rest = text.partition("://")
-    if not sep:
+    if "://" not in text:
         raise _fail("expected 'mysql://user:password@host:port/database'")
-    if not _SCHEME_RE.match(scheme):
-        raise _fail(
-            "the scheme is malformed (expected mysql://, mariadb://, mysql+pymysql:// or mysql+aiomysql://)"
-        )
-    if scheme.lower() not in SCHEMES:
-        raise _fail(
-            f"unsupported scheme {scheme!r} "
-            "(expected mysql://, mariadb://, mysql+pymysql:// or mysql+aiomysql://)"
-        )
-
-    # The query may hold anything (a socket path); the user info ends at the last '@' before it.
-    before_query, qmark, query = rest.partition("?")
-    if "#" in query or "#" in before_query:
+    if "#" in text:
         raise _fail("fragments ('#…') are not allowed; percent-encode '#' in a password as %23")
-    at = before_query.rfind("@")
-    if at >= 0:
-        userinfo, hostpart = before_query[:at], before_query[at + 1 :]
-    else:
-        userinfo, hostpart = None, before_query
-    authority, slash, path = hostpart.partition("/")
+    try:
+        parts = urlsplit(text)
+    except ValueError:  # urllib's message may quote the URL, password included
+        raise _fail("the IPv6 host is malformed (expected [address] or [address]:port)") from None
+    scheme = text.partition("://")[0]
+    if parts.scheme not in SCHEMES or scheme.lower() != parts.scheme:
+        raise _fail(f"unsupported scheme ({_SCHEMES_TEXT})")
 
-    user = "root"
-    password = ""
-    if userinfo is not None:
-        raw_user, colon, raw_password = userinfo.partition(":")
-        user = unquote(raw_user, errors="strict") if raw_user else ""
-        if not user:
-            raise _fail("the user name before '@' is empty")
-        if colon:
-            try:
-                password = unquote(raw_password, errors="strict")
-            except UnicodeDecodeError:
-                raise _fail("the password is not valid percent-encoded UTF-8") from None
-
-    host, port = _parse_authority(authority)
-
-    database: str | None = None
-    if slash and path:
-        if "/" in path:
-            raise _fail("the path must be a single database name ('/database')")
-        try:
-            database = unquote(path, errors="strict")
-        except UnicodeDecodeError:
-            raise _fail("the database name is not valid percent-encoded UTF-8") from None
-        if "\x00" in database:
-            raise _fail("the database name contains a NUL character")
-
-    params: dict[str, str] = {}
-    unix_socket: str | None = None
-    if qmark and query:
-        try:
-            pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
-        except ValueError:
-            raise _fail("the query string is malformed (expected ?name=value&…)") from None
-        for key, value in pairs:
-            if key == "unix_socket":
-                if not value:
-                    raise _fail("unix_socket is empty")
-                unix_socket = value
-            elif key in ("user", "password", "host", "port", "database", "db"):
-                raise _fail(f"parameter {key!r} belongs in the URL itself, not in the query string")
-            else:
-                params[key] = value
-    for name in _INT_PARAMS:
-        if name in params and not (params[name].isascii() and params[name].isdigit()):
-            raise _fail(f"parameter {name!r} must be a whole number of seconds")
-    if "charset" in params and not params["charset"]:
-        raise _fail("parameter 'charset' is empty")
-
+    user, password = _userinfo(parts)
+    host, port = _host_and_port(parts)
+    database = _database(parts.path)
+    params, unix_socket = _query(parts.query)
     if not host:
         if unix_socket is None:
             raise _fail("no host given (expected mysql://user:password@host:port/database)")
         host = "localhost"
     return MysqlUrl(
-        host=host,
-        port=port,
-        user=user,
-        password=password,
-        database=database,
-        unix_socket=unix_socket,
+        host=host, port=port, user=user, password=password, database=database, unix_socket=unix_socket,
         params=params,
-    )
+    )  # fmt: skip
 
 
-def _parse_authority(authority: str) -> tuple[str, int]:
-    """Split ``host``, ``host:port``, ``[v6]`` or ``[v6]:port``. The host may be empty."""
-    port_text: str | None = None
-    if authority.startswith("["):
-        end = authority.find("]")
-        if end < 0:
-            raise _fail("an IPv6 host is missing its closing ']'")
-        host = authority[1:end]
-        tail = authority[end + 1 :]
-        if tail:
-            if not tail.startswith(":"):
-                raise _fail("unexpected text after the IPv6 host")
-            port_text = tail[1:]
-        if not host or not _IPV6_RE.match(host):
-            raise _fail("the IPv6 host is malformed")
-    else:
-        host, colon, after = authority.partition(":")
-        if colon:
-            port_text = after
-        if host:
-            if not _HOST_RE.match(host):
-                raise _fail("the host name contains characters that are not allowed")
-            host = unquote(host)
+def _decode(raw: str, what: str) -> str:
+    try:
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        raise _fail(f"the {what} is not valid percent-encoded UTF-8") from None
+
+
+def _userinfo(parts: SplitResult) -> tuple[str, str]:
+    if "@" not in parts.netloc:
+        return "root", ""
+    # urllib splits the user info at the LAST '@' of the authority, so an '@' in a password may stay unencoded.
+    user = _decode(parts.username or "", "user name")
+    if not user:
+        raise _fail("the user name before '@' is empty")
+    return user, _decode(parts.password or "", "password")
+
+
+def _host_and_port(parts: SplitResult) -> tuple[str, int]:
+    hostinfo = parts.netloc.rpartition("@")[2]
+    bracketed = hostinfo.startswith("[")
+    tail = hostinfo.partition("]")[2] if bracketed else hostinfo
+    if bracketed and tail and not tail.startswith(":"):
+        raise _fail("unexpected text after the IPv6 host")
+    has_port, port_text = tail.partition(":")[1:]
+    host = parts.hostname or ""
+    if "@" in parts.path or ":" in port_text:
+        # An unencoded '/' or '?' in the password ended the authority early: what follows is not host:port.
+        raise _fail("the host or port is malformed; percent-encode '/', '?', '@' and ':' in a password or database")
+    if host and not bracketed and not _HOST_RE.match(host):
+        raise _fail("the host name contains characters that are not allowed")
     port = DEFAULT_PORT
-    if port_text is not None:
+    if has_port:
         if not port_text:
             raise _fail("the port after ':' is empty")
         if not (port_text.isascii() and port_text.isdigit()):
@@ -246,4 +279,84 @@ def _parse_authority(authority: str) -> tuple[str, int]:
         port = int(port_text)
         if not 1 <= port <= 65535:
             raise _fail("the port is out of range (expected 1-65535)")
-    return host, port
+    return (host if bracketed else unquote(host)), port
+
+
+def _database(path: str) -> str | None:
+    name = path.removeprefix("/")
+    if not name:
+        return None
+    if "/" in name:
+        raise _fail("the path must be a single database name ('/database')")
+    database = _decode(name, "database name")
+    if "\x00" in database:
+        raise _fail("the database name contains a NUL character")
+    return database
+
+
+def _query(query: str) -> tuple[dict[str, str], str | None]:
+    if not query:
+        return {}, None
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise _fail("the query string is malformed (expected ?name=value&…)") from None
+    params: dict[str, str] = {}
+    unix_socket: str | None = None
+    check_hostname: str | None = None
+    for key, value in pairs:
+        if key == "unix_socket":
+            if not value:
+                raise _fail("unix_socket is empty")
+            unix_socket = value
+        elif key == "ssl_check_hostname":  # SQLAlchemy's spelling, as sqlalchemy_url() writes it
+            check_hostname = value.lower()
+            if check_hostname not in ("true", "false"):
+                raise _fail("ssl_check_hostname must be true or false")
+        elif key in _IN_THE_URL_ITSELF:
+            raise _fail(f"parameter {key!r} belongs in the URL itself, not in the query string")
+        elif key in _PARAMS:
+            name = _PARAMS[key]
+            if name in params:
+                raise _fail(f"parameter {name!r} is given twice")
+            if not value:
+                raise _fail(f"parameter {key!r} is empty")
+            params[name] = value
+        else:
+            accepted = ", ".join(["unix_socket", "connect_timeout", "charset", "ssl-mode", *_SSL_FILES])
+            raise _fail(f"unknown parameter {key!r} (accepted: {accepted})")
+    _check_params(params, check_hostname)
+    return params, unix_socket
+
+
+def _check_params(params: dict[str, str], check_hostname: str | None) -> None:
+    timeout = params.get("connect_timeout")
+    if timeout is not None and not (timeout.isascii() and timeout.isdigit()):
+        raise _fail("parameter 'connect_timeout' must be a whole number of seconds")
+    charset = params.get("charset")
+    if charset is not None:
+        if charset.lower() != DEFAULT_CHARSET:
+            raise _fail(
+                f"charset {charset!r} is not supported: plitzi_jobs_mysql stores text in utf8mb4 "
+                "(leave charset out, or write charset=utf8mb4)"
+            )
+        params["charset"] = DEFAULT_CHARSET
+    if "ssl-mode" in params:
+        given = params["ssl-mode"].upper()
+        if given not in SSL_MODES:
+            raise _fail(f"ssl-mode must be one of {', '.join(SSL_MODES)}")
+        params["ssl-mode"] = given
+    if check_hostname is not None and "ssl-mode" not in params:
+        verify = "ssl-ca" in params
+        checked = "VERIFY_IDENTITY" if check_hostname == "true" else "VERIFY_CA"
+        params["ssl-mode"] = checked if verify else "REQUIRED"
+    mode = params.get("ssl-mode")
+    files = [name for name in _SSL_FILES if name in params]
+    if mode == "DISABLED" and files:
+        raise _fail(f"{files[0]} is given but ssl-mode is DISABLED")
+    if mode in ("PREFERRED", "REQUIRED") and "ssl-ca" in params:
+        raise _fail(f"ssl-ca is not checked under ssl-mode={mode}: use VERIFY_CA or VERIFY_IDENTITY")
+    if mode in ("VERIFY_CA", "VERIFY_IDENTITY") and "ssl-ca" not in params:
+        raise _fail(f"ssl-mode={mode} needs ssl-ca (the authority the server's certificate is checked against)")
+    if "ssl-key" in params and "ssl-cert" not in params:
+        raise _fail("ssl-key is given without ssl-cert")

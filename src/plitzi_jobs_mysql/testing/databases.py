@@ -27,7 +27,13 @@ def connect(url: MysqlUrl | str, **extra: Any) -> pymysql.connections.Connection
     kwargs.setdefault("connect_timeout", 10)
     kwargs["autocommit"] = True
     kwargs.update(extra)
-    return pymysql.connect(**kwargs)
+    conn = pymysql.connect(**kwargs)
+    try:
+        parsed.check_tls(conn)  # ssl-mode=REQUIRED or stricter: never a silent plain-text fallback
+    except ConnectionError:
+        conn.close()
+        raise
+    return conn
 
 
 @contextlib.contextmanager
