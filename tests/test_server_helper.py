@@ -162,7 +162,7 @@ def test_tls_contexts() -> None:
     required = parse_mysql_url("mysql://h?ssl-mode=REQUIRED").aiomysql_kwargs()["ssl"]
     assert isinstance(required, ssl.SSLContext)
     assert (required.verify_mode, required.check_hostname) == (ssl.CERT_NONE, False)
-    with pytest.raises(ValueError, match="ssl-ca=/nonexistent.pem") as info:
+    with pytest.raises(ValueError, match=r"ssl-ca=/nonexistent\.pem") as info:
         parse_mysql_url(f"mysql://u:{SECRET}@h?ssl-ca=/nonexistent.pem").pymysql_kwargs()
     assert SECRET not in str(info.value)
 

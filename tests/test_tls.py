@@ -45,7 +45,7 @@ class Tls:
 def _openssl(*args: str, cwd: Path) -> None:
     openssl = shutil.which("openssl")
     if openssl is None:
-        pytest.fail("the `openssl` command is needed to make this test's certificates (Debian: apt-get install openssl)")
+        pytest.fail("this test makes its certificates with the `openssl` command (Debian: apt-get install openssl)")
     subprocess.run([openssl, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
 
 
@@ -117,7 +117,8 @@ def test_a_client_certificate(tls: Tls) -> None:
 
 
 def test_the_helpers_and_a_pool_opened_from_the_url_speak_tls(tls: Tls) -> None:
-    url = tls.url("x509", f"ssl-ca={tls.path('ca.pem')}&ssl-cert={tls.path('client.pem')}&ssl-key={tls.path('client.key')}")
+    files = f"ssl-ca={tls.path('ca.pem')}&ssl-cert={tls.path('client.pem')}&ssl-key={tls.path('client.key')}"
+    url = tls.url("x509", files)
 
     async def use(database_url: str) -> tuple[bool, str]:
         pool = await aiomysql.create_pool(**parse_mysql_url(database_url).aiomysql_kwargs(), autocommit=True)
