@@ -82,7 +82,7 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
         entry_points = wheel.read(metadata.replace("METADATA", "entry_points.txt")).decode()
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
     assert "License-Expression: MIT" in meta
-    assert "[pytest11]" in entry_points and "plitzi_jobs_mysql.testing.plugin" in entry_points
+    assert "[pytest11]" in entry_points and "plitzi_jobs_mysql.pytest_plugin" in entry_points
     # Every file of the package in the checkout (code, SQL, Alembic's environment and templates) is in the wheel.
     tracked = subprocess.run(
         ["git", "ls-files", "src/plitzi_jobs_mysql"], cwd=ROOT, capture_output=True, text=True, check=True

@@ -10,8 +10,9 @@
 `mysql_server_url()` yields a root URL of a server: `PLITZI_MYSQL_URL` if set, else a testcontainers MySQL
 container where a Docker daemon answers, else a local `mysqld`/`mariadbd` started in a temporary directory.
 The contract suites need pytest and pytest-asyncio (the `testing` extra); they are imported on first use, so the
-server helper works without them. The pytest plugin (`plugin.py`, loaded through the
-`pytest11` entry point) adds the fixtures `plitzi_mysql_url`, `plitzi_mysql_database` and `plitzi_mysql_pool`.
+server helper works without them. The pytest plugin (`plitzi_jobs_mysql.pytest_plugin`,
+loaded through the `pytest11` entry point) adds the fixtures `plitzi_mysql_url`, `plitzi_mysql_database` and
+`plitzi_mysql_pool`.
 """
 
 from typing import TYPE_CHECKING, Any

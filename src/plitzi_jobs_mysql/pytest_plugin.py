@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-# Before anything imports the suites: pytest rewrites only modules imported after they are registered.
-pytest.register_assert_rewrite("plitzi_jobs_mysql.testing.contract")
+# Before anything imports the suites: pytest rewrites only modules imported after they are registered (which is
+# why this module lives outside the `testing` package: importing it must not import that package first).
+pytest.register_assert_rewrite("plitzi_jobs_mysql.testing")
 
-from .server import fresh_database, mysql_server_url  # noqa: E402
+from .testing import fresh_database, mysql_server_url  # noqa: E402
 
 __all__ = ["plitzi_mysql_database", "plitzi_mysql_url"]
 
@@ -52,7 +53,7 @@ else:
         """An aiomysql pool (utf8mb4, autocommit) on this test's fresh database."""
         import aiomysql
 
-        from ..url import parse_mysql_url
+        from .url import parse_mysql_url
 
         pool = await aiomysql.create_pool(
             **parse_mysql_url(plitzi_mysql_database).aiomysql_kwargs(), minsize=1, maxsize=10, autocommit=True
