@@ -106,6 +106,9 @@ def _explain(error: pymysql.err.MySQLError, url: MysqlUrl, prefix: str) -> CliEr
     message = str(error.args[1]) if len(error.args) > 1 else str(error)
     where = _where(url)
     if code in UNREACHABLE:
+        cause = error.__cause__  # aiomysql keeps the reason (refused, a certificate that failed) only here
+        if cause is not None and str(cause) not in message:
+            message += f" ({cause})"
         return CliError(f"cannot reach the MySQL server at {where}: {message}")
     if code == ER.ACCESS_DENIED_ERROR:
         return CliError(f"the server at {where} refused the login: {message}")
