@@ -180,11 +180,20 @@ def test_jobs_list(migrated: str) -> None:
     paged = as_json(cli("jobs", "list", *url, "--space", "1", "--limit", "2", "--offset", "1", "--json"))
     assert paged["total"] == 5 and len(paged["jobs"]) == 2
     assert [j["id"] for j in paged["jobs"]] == [j["id"] for j in page["jobs"][1:3]]
+    # Without --space: every space, a page at a time, newest first.
+    everywhere = as_json(cli("jobs", "list", *url, "--json"))
+    assert everywhere["total"] == 6 and {j["space_id"] for j in everywhere["jobs"]} == {1, 2}
+    first = ok(cli("jobs", "list", *url, "--limit", "4")).stdout
+    assert "1-4 of 6 job(s) in all spaces; next page: --offset 4" in first
+    last = ok(cli("jobs", "list", *url, "--limit", "4", "--offset", "4")).stdout
+    assert "5-6 of 6 job(s) in all spaces" in last and "next page" not in last
+    ids = [line.split()[0] for part in (first, last) for line in part.splitlines()[1:] if line.strip()]
+    assert sorted(i for i in ids if not i[0].isdigit()) == sorted(j["id"] for j in everywhere["jobs"])
 
     human = ok(cli("jobs", "list", *url, "--space", "1")).stdout
     header = human.splitlines()[0]
     assert header.split() == ["ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN", "AT", "UPDATED", "AT", "ERROR"]
-    assert "pending-due" in human and "succeeded" in human and "1-5 of 5 job(s)" in human
+    assert "pending-due" in human and "succeeded" in human and "1-5 of 5 job(s) in space(s) 1" in human
     # Columns are aligned: every row starts its STATUS cell where the header does.
     column = header.index("STATUS")
     for line in human.splitlines()[1:6]:
@@ -205,11 +214,15 @@ def test_jobs_show(migrated: str) -> None:
 
 def test_jobs_retry(migrated: str) -> None:
     seed(migrated)
-    done = as_json(cli("jobs", "retry", "--url", migrated, "--space", "1", "done", "--json"))
+    # A job that succeeded did its work: running it again takes --force.
+    line = fails(cli("jobs", "retry", "--url", migrated, "--space", "1", "done"), code=1)
+    assert "succeeded" in line and "--force" in line
+    assert as_json(cli("jobs", "show", "--url", migrated, "--space", "1", "done", "--json"))["status"] == "succeeded"
+    done = as_json(cli("jobs", "retry", "--url", migrated, "--space", "1", "--force", "done", "--json"))
     assert done == {
         "id": "done", "done": True, "status_before": "succeeded", "status": "pending", "cancel_requested": False,
     }  # fmt: skip
-    human = ok(cli("jobs", "retry", "--url", migrated, "--space", "1", "done-2"))
+    human = ok(cli("jobs", "retry", "--url", migrated, "--space", "1", "done-2", "--force"))
     assert "requeued" in human.stdout
     # A job that is not finished: exit 1 with a clear line.
     line = fails(cli("jobs", "retry", "--url", migrated, "--space", "1", "running"), code=1)
@@ -244,7 +257,13 @@ def test_schedules_list(migrated: str) -> None:
     ]
     assert as_json(cli("schedules", "list", "--url", migrated, "--space", "2", "--json")) == []
     human = ok(cli("schedules", "list", "--url", migrated, "--space", "1")).stdout
-    assert "nightly" in human and "0 3 * * *" in human and "1 schedule(s)" in human
+    assert "nightly" in human and "0 3 * * *" in human and "schedules 1-1 in space(s) 1" in human
+    # Without --space: every space, paged.
+    assert [s["action_id"] for s in as_json(cli("schedules", "list", "--url", migrated, "--json"))] == ["nightly"]
+    first = ok(cli("schedules", "list", "--url", migrated, "--limit", "1")).stdout
+    assert "nightly" in first and "schedules 1-1 in all spaces; next page: --offset 1" in first
+    rest = cli("schedules", "list", "--url", migrated, "--limit", "1", "--offset", "1", "--json")
+    assert as_json(rest) == []
 
 
 def test_stats(migrated: str) -> None:
@@ -262,8 +281,26 @@ def test_stats(migrated: str) -> None:
     assert stats["now"] >= seeded_at
     space_2 = as_json(cli("stats", "--url", migrated, "--space", "2", "--json"))
     assert space_2["counts"]["pending"] == 1 and space_2["total"] == 1 and space_2["pending_due"] == 0
+    # Per space and action: counts by status, the oldest due job's age, lapsed leases.
+    actions = {(a["space_id"], a["action_id"]): a for a in stats["actions"]}
+    assert sorted(actions) == [(1, "act-done"), (1, "act-done-2"), (1, "act-pending-due"), (1, "act-pending-later"),
+                               (1, "act-running"), (2, "act-other")]  # fmt: skip
+    due = actions[(1, "act-pending-due")]
+    assert due["counts"]["pending"] == 1 and due["total"] == 1 and due["pending_due"] == 1
+    assert due["oldest_due_run_at"] == seeded_at - 5_000 and 5 <= due["oldest_due_age_seconds"] < 60
+    assert actions[(1, "act-running")]["counts"]["running"] == 1
+    assert actions[(1, "act-running")]["running_lease_lapsed"] == 0
+    assert actions[(2, "act-other")]["oldest_due_age_seconds"] is None
     human = ok(cli("stats", "--url", migrated)).stdout
     assert "pending" in human and "s overdue (run at" in human
+    assert "per space and action" in human
+    row = next(line.split() for line in human.splitlines() if "act-pending-due" in line)
+    assert row[:9] == ["1", "act-pending-due", "1", "0", "0", "0", "0", "0", "1"], row
+
+
+def test_version() -> None:
+    result = ok(cli("--version"))
+    assert result.stdout.startswith("plitzi-jobs-mysql 0.1.0 (aiomysql "), result.stdout
 
 
 # -- errors --------------------------------------------------------------------------------------------------
@@ -285,7 +322,7 @@ def test_errors_are_one_line_and_exit_2(mysql_url: str, migrated: str) -> None:
         line = fails(cli(*command, "--url", migrated, "--prefix", "other_"))
         assert "doesn't exist" in line and "migrate" in line
     # Bad arguments: one line too, not argparse's usage block.
-    assert "--space" in fails(cli("jobs", "list", "--url", migrated))
+    assert "--space" in fails(cli("jobs", "show", "--url", migrated, "x"))  # one job: always within spaces
     assert "whole number" in fails(cli("jobs", "list", "--url", migrated, "--space", "one"))
     assert "invalid choice" in fails(cli("jobs", "list", "--url", migrated, "--space", "1", "--status", "done"))
     assert "required" in fails(cli())

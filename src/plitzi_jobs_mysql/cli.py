@@ -2,10 +2,15 @@
 
     plitzi-jobs-mysql ddl [--prefix P] [--upgrades]          print the statements: `... ddl | mariadb app`
     plitzi-jobs-mysql migrate --url URL [--prefix P] [--dry-run]   create/upgrade the tables (idempotent)
-    plitzi-jobs-mysql jobs list --space N [...]              newest first; --action, --status, --limit, --offset
-    plitzi-jobs-mysql jobs show|retry|cancel --space N ID
-    plitzi-jobs-mysql schedules list --space N
-    plitzi-jobs-mysql stats [--space N]                      counts by status, age of the oldest due job
+    plitzi-jobs-mysql jobs list [--space N] [...]            newest first; --action, --status, --limit, --offset
+    plitzi-jobs-mysql jobs show|cancel --space N ID
+    plitzi-jobs-mysql jobs retry --space N [--force] ID      --force to run a succeeded job again
+    plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
+    plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
+                                                             due job's age, lapsed leases
+    plitzi-jobs-mysql --version
+
+Without `--space`, `jobs list`, `schedules list` and `stats` cover every space (a page at a time).
 
 `--url` defaults to PLITZI_MYSQL_URL; `--json` prints machine-readable output. Exit codes: 0 done; 1 the job is
 in a state the operation does not apply to; 2 anything else wrong (one line on stderr, never a traceback).
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import os
 import sys
@@ -228,6 +234,16 @@ def _migrated(planned: PlannedTable) -> str:
     return "already there"
 
 
+def _next_page(args: argparse.Namespace, shown: int, total: int | None) -> str:
+    """The hint under a full page: how to ask for the next one."""
+    more = args.offset + shown < total if total is not None else shown == args.limit and shown > 0
+    return f"; next page: --offset {args.offset + shown}" if more else ""
+
+
+def _scope(spaces: Sequence[int] | None) -> str:
+    return "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
+
+
 def cmd_jobs_list(args: argparse.Namespace) -> int:
     page = _run_queue(
         args,
@@ -246,9 +262,13 @@ def cmd_jobs_list(args: argparse.Namespace) -> int:
     print(table(("ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN AT", "UPDATED AT", "ERROR"), rows))
     if page.jobs:
         shown = f"{args.offset + 1}-{args.offset + len(page.jobs)}"
-        print(f"\n{shown} of {page.total} job(s)" + (" (* cancel requested)" if "*" in str(rows) else ""))
+        print(
+            f"\n{shown} of {page.total} job(s) in {_scope(args.space)}"
+            + (" (* cancel requested)" if "*" in str(rows) else "")
+            + _next_page(args, len(page.jobs), page.total)
+        )
     else:
-        print(f"\nno jobs here ({page.total} match)")
+        print(f"\nno jobs here ({page.total} match in {_scope(args.space)})")
     return 0
 
 
@@ -298,8 +318,16 @@ def _report(args: argparse.Namespace, before: Job, done: bool, after: Job | None
 
 
 def cmd_jobs_retry(args: argparse.Namespace) -> int:
-    before, done, after = _change(args, lambda q: q.requeue(args.space, args.id))
-    if done:
+    async def requeue(queue: MysqlJobQueue) -> bool:
+        job = await queue.get_job(args.space, args.id)
+        if job is not None and job.status == JobStatus.SUCCEEDED and not args.force:
+            return False  # it did its work: running it again must be asked for
+        return await queue.requeue(args.space, args.id)
+
+    before, done, after = _change(args, requeue)
+    if not done and before.status == JobStatus.SUCCEEDED and not args.force:
+        message = f"{PROG}: job {before.id!r} succeeded; retrying runs it again: add --force if that is what you want"
+    elif done:
         message = f"job {before.id!r} was {before.status}; requeued: pending now, attempts reset"
     else:
         finished = ", ".join(sorted(TERMINAL_STATUSES))
@@ -319,7 +347,7 @@ def cmd_jobs_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_schedules_list(args: argparse.Namespace) -> int:
-    schedules = _run_queue(args, lambda q: q.list_schedules(args.space))
+    schedules = _run_queue(args, lambda q: q.list_schedules(args.space, limit=args.limit, offset=args.offset))
     if args.json:
         print_json([schedule_dict(s) for s in schedules])
         return 0
@@ -330,14 +358,35 @@ def cmd_schedules_list(args: argparse.Namespace) -> int:
     ]  # fmt: skip
     headers = ("SPACE", "ACTION", "CRON", "TIMEZONE", "ENV", "ENABLED", "NEXT RUN", "LAST FIRE", "MISSED", "MAX")
     print(table(headers, rows))
-    print(f"\n{len(schedules)} schedule(s)")
+    if schedules:
+        shown = f"{args.offset + 1}-{args.offset + len(schedules)}"
+        print(f"\nschedules {shown} in {_scope(args.space)}" + _next_page(args, len(schedules), None))
+    else:
+        print(f"\nno schedules here ({_scope(args.space)}, from --offset {args.offset})")
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     spaces: list[int] | None = args.space
     stats = _run_queue(args, lambda q: q.stats(space_ids=spaces))
-    age = None if stats.oldest_due_run_at is None else (stats.now - stats.oldest_due_run_at) / 1000
+
+    def age_of(oldest: int | None) -> float | None:
+        return None if oldest is None else (stats.now - oldest) / 1000
+
+    age = age_of(stats.oldest_due_run_at)
+    actions = [
+        {
+            "space_id": a.space_id,
+            "action_id": a.action_id,
+            "counts": a.counts,
+            "total": a.total,
+            "pending_due": a.pending_due,
+            "oldest_due_run_at": a.oldest_due_run_at,
+            "oldest_due_age_seconds": age_of(a.oldest_due_run_at),
+            "running_lease_lapsed": a.running_lease_lapsed,
+        }
+        for a in stats.actions
+    ]
     result = {
         "spaces": spaces,
         "now": stats.now,
@@ -347,17 +396,26 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "oldest_due_run_at": stats.oldest_due_run_at,
         "oldest_due_age_seconds": age,
         "running_lease_lapsed": stats.running_lease_lapsed,
+        "actions": actions,
     }
     if args.json:
         print_json(result)
         return 0
-    scope = "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
-    print(f"jobs in `{table_names(_prefix(args)).jobs}`, {scope}, at {when(stats.now)} (server clock)\n")
+    print(f"jobs in `{table_names(_prefix(args)).jobs}`, {_scope(spaces)}, at {when(stats.now)} (server clock)\n")
     print(table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
     print(f"\ndue pending jobs: {stats.pending_due}")
     overdue = "none" if age is None else f"{age:.3f} s overdue (run at {when(stats.oldest_due_run_at)})"
     print("oldest due job: " + overdue)
     print(f"running jobs whose lease lapsed: {stats.running_lease_lapsed}")
+    if stats.actions:
+        headers = ("SPACE", "ACTION", *(s.upper() for s in STATUS_ORDER), "TOTAL", "DUE", "OLDEST DUE", "LAPSED")
+        rows = [
+            (a.space_id, a.action_id, *a.counts.values(), a.total, a.pending_due,
+             "-" if a.oldest_due_run_at is None else f"{age_of(a.oldest_due_run_at):.1f} s", a.running_lease_lapsed)
+            for a in stats.actions
+        ]  # fmt: skip
+        print("\nper space and action (OLDEST DUE: how long the oldest due pending job has waited)\n")
+        print(table(headers, rows))
     return 0
 
 
@@ -378,6 +436,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    def of(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
+    drivers = ", ".join(f"{name} {of(name)}" for name in ("aiomysql", "PyMySQL"))
+    return f"{PROG} {of('plitzi_jobs_mysql')} ({drivers}; Python {sys.version.split()[0]})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     prefix = _Parser(add_help=False)
     prefix.add_argument("--prefix", default="", help="table name prefix (letters, digits, _); default none")
@@ -389,10 +458,18 @@ def build_parser() -> argparse.ArgumentParser:
     space.add_argument(
         "--space", action="append", type=_space_id, required=True, metavar="N", help="space id (repeatable)"
     )
+    any_space = _Parser(add_help=False)
+    any_space.add_argument(
+        "--space", action="append", type=_space_id, metavar="N", help="only this space (repeatable); default all"
+    )
+    paged = _Parser(add_help=False)
+    paged.add_argument("--limit", type=_count, default=50, help="at most this many (default 50)")
+    paged.add_argument("--offset", type=_count, default=0, help="skip this many (default 0)")
     one_job = _Parser(add_help=False, parents=[common, space])
     one_job.add_argument("id", help="the job id, exactly as stored")
 
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     ddl = commands.add_parser("ddl", parents=[prefix], help="print the CREATE TABLE statements (for piping)")
@@ -406,14 +483,14 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = commands.add_parser("jobs", help="list, show, retry or cancel jobs").add_subparsers(
         dest="jobs_command", required=True, metavar="ACTION"
     )
-    listing = jobs.add_parser("list", parents=[common, space], help="jobs of the spaces, newest first")
+    listing = jobs.add_parser("list", parents=[common, any_space, paged], help="jobs, newest first")
     listing.add_argument("--action", default=None, help="only this action id")
     listing.add_argument("--status", default=None, choices=STATUS_ORDER, help="only jobs in this status")
-    listing.add_argument("--limit", type=_count, default=50, help="at most this many (default 50)")
-    listing.add_argument("--offset", type=_count, default=0, help="skip this many (default 0)")
     listing.set_defaults(func=cmd_jobs_list)
     jobs.add_parser("show", parents=[one_job], help="one job with its history").set_defaults(func=cmd_jobs_show)
-    jobs.add_parser("retry", parents=[one_job], help="requeue a finished job").set_defaults(func=cmd_jobs_retry)
+    retry = jobs.add_parser("retry", parents=[one_job], help="requeue a finished job")
+    retry.add_argument("--force", action="store_true", help="also a job that succeeded (it runs again)")
+    retry.set_defaults(func=cmd_jobs_retry)
     jobs.add_parser("cancel", parents=[one_job], help="cancel a pending or running job").set_defaults(
         func=cmd_jobs_cancel
     )
@@ -421,12 +498,13 @@ def build_parser() -> argparse.ArgumentParser:
     schedules = commands.add_parser("schedules", help="the spaces' cron schedules").add_subparsers(
         dest="schedules_command", required=True, metavar="ACTION"
     )
-    schedules.add_parser("list", parents=[common, space], help="list the schedules").set_defaults(
-        func=cmd_schedules_list
-    )
+    schedules.add_parser(
+        "list", parents=[common, any_space, paged], help="the schedules by space and action"
+    ).set_defaults(func=cmd_schedules_list)
 
-    stats = commands.add_parser("stats", parents=[common], help="counts by status, age of the oldest due job")
-    stats.add_argument("--space", action="append", type=_space_id, metavar="N", help="only these spaces")
+    stats = commands.add_parser(
+        "stats", parents=[common, any_space], help="per space and action: counts, oldest due job, lapsed leases"
+    )
     stats.set_defaults(func=cmd_stats)
     return parser
 

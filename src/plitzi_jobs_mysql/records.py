@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -133,6 +133,22 @@ class SweepResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ActionStats:
+    """`QueueStats` of one action in one space."""
+
+    space_id: int
+    action_id: str
+    counts: dict[str, int]  # every status, in `JobStatus` order, 0 where none
+    pending_due: int
+    oldest_due_run_at: int | None
+    running_lease_lapsed: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True, kw_only=True)
 class QueueStats:
     """An operator's view of a queue at one instant of the store's clock."""
 
@@ -141,7 +157,34 @@ class QueueStats:
     pending_due: int  # pending jobs whose run_at has come
     oldest_due_run_at: int | None
     running_lease_lapsed: int  # running jobs whose worker stopped renewing the lease
+    actions: tuple[ActionStats, ...] = ()  # the same per space and action, ordered by space, then action
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    @classmethod
+    def from_groups(cls, now: int, groups: Iterable[tuple[int, str, str, int, int, int | None, int]]) -> QueueStats:
+        """Sums `(space_id, action_id, status, count, pending_due, oldest_due_run_at, running_lease_lapsed)` per
+        space and action, and over all: how both stores build their answer."""
+        per_action: dict[tuple[int, str], list[tuple[str, int, int, int | None, int]]] = {}
+        for space_id, action_id, status, count, due, oldest, lapsed in groups:
+            per_action.setdefault((space_id, action_id), []).append((status, count, due, oldest, lapsed))
+
+        def summed(rows: list[tuple[str, int, int, int | None, int]]) -> dict[str, Any]:
+            counts = {status.value: 0 for status in JobStatus}
+            for status, count, _due, _oldest, _lapsed in rows:
+                counts[status] += count
+            oldest = [row[3] for row in rows if row[3] is not None]
+            return {
+                "counts": counts,
+                "pending_due": sum(row[2] for row in rows),
+                "oldest_due_run_at": min(oldest, default=None),
+                "running_lease_lapsed": sum(row[4] for row in rows),
+            }
+
+        actions = tuple(
+            ActionStats(space_id=space_id, action_id=action_id, **summed(rows))
+            for (space_id, action_id), rows in sorted(per_action.items())
+        )
+        return cls(now=now, actions=actions, **summed([row for rows in per_action.values() for row in rows]))

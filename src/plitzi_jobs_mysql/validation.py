@@ -254,13 +254,24 @@ def put_schedules_args(space: object, schedules: object) -> list[ScheduleInput]:
     return list(schedules)
 
 
-def list_jobs_args(ids: object, action_id: object, status: object, count: object, offset: object) -> list[int]:
-    spaces = space_ids(ids)
+def space_ids_or_all(values: object) -> list[int] | None:
+    """An operator's view may name its spaces, or None: every space."""
+    return None if values is None else space_ids(values)
+
+
+def page(count: object, offset: object) -> None:
+    limit("limit", count)
+    integer("offset", offset, 0, INT64_MAX)
+
+
+def list_jobs_args(
+    ids: object, action_id: object, status: object, count: object, offset: object
+) -> list[int] | None:
+    spaces = space_ids_or_all(ids)
     optional_text("action_id", action_id, ID_MAX_CHARS)
     if status is not None and status not in JOB_STATUSES:
         raise ValueError(f"status must be one of {sorted(JOB_STATUSES)}, got {status!r}")
-    limit("limit", count)
-    integer("offset", offset, 0, INT64_MAX)
+    page(count, offset)
     return spaces
 
 

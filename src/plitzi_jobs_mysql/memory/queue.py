@@ -336,7 +336,7 @@ class MemoryJobQueue:
         matching = [
             r
             for r in self._jobs.values()
-            if r.job.space_id in spaces
+            if (spaces is None or r.job.space_id in spaces)
             and (action_id is None or r.job.action_id == action_id)
             and (status is None or r.job.status == status)
         ]
@@ -347,29 +347,32 @@ class MemoryJobQueue:
         spaces = None if space_ids is None else check.space_ids(space_ids)
         now = self._now()
         jobs = [r.job for r in self._jobs.values() if spaces is None or r.job.space_id in spaces]
-        counts = {status.value: 0 for status in JobStatus}
+        groups = []
         for job in jobs:
-            counts[job.status] += 1
-        due = [job.run_at for job in jobs if job.status == JobStatus.PENDING and job.run_at <= now]
-        running = [job.lease_until for job in jobs if job.status == JobStatus.RUNNING]
-        lapsed = [until for until in running if until is not None and until < now]
-        return QueueStats(
-            now=now,
-            counts=counts,
-            pending_due=len(due),
-            oldest_due_run_at=min(due, default=None),
-            running_lease_lapsed=len(lapsed),
-        )
+            due = job.status == JobStatus.PENDING and job.run_at <= now
+            lapsed = job.status == JobStatus.RUNNING and job.lease_until is not None and job.lease_until < now
+            groups.append(
+                (job.space_id, job.action_id, job.status, 1, int(due), job.run_at if due else None, int(lapsed))
+            )
+        return QueueStats.from_groups(now, groups)
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)
         row = self._owned(spaces, job_id)
         return self._snapshot(row) if row else None
 
-    async def list_schedules(self, space_ids: Sequence[int]) -> list[Schedule]:
-        spaces = check.space_ids(space_ids)
-        found = [s for s in self._schedules.values() if s.space_id in spaces]
-        return sorted(found, key=lambda s: (s.space_id, s.action_id))
+    async def list_schedules(
+        self, space_ids: Sequence[int] | None, *, limit: int | None = None, offset: int = 0
+    ) -> list[Schedule]:
+        """The schedules of those spaces (None: of every space) by space and action; `limit`/`offset` page them."""
+        spaces = check.space_ids_or_all(space_ids)
+        if limit is not None:
+            check.page(limit, offset)
+        found = sorted(
+            (s for s in self._schedules.values() if spaces is None or s.space_id in spaces),
+            key=lambda s: (s.space_id, s.action_id),
+        )
+        return found[offset:] if limit is None else found[offset : offset + limit]
 
     async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
         spaces = check.scoped_job(space_ids, job_id)

@@ -22,7 +22,6 @@ from ..records import (
     Job,
     JobInput,
     JobPage,
-    JobStatus,
     QueueStats,
     Schedule,
     ScheduleInput,
@@ -462,11 +461,22 @@ class MysqlJobQueue:
         # One transaction behind the space's guard row: concurrent writers replace the set one after another.
         await self._store.retrying(lambda conn: conn.transaction(steps))
 
-    async def list_schedules(self, space_ids: Sequence[int]) -> list[Schedule]:
-        spaces = check.space_ids(space_ids)
-        if not spaces:
+    async def list_schedules(
+        self, space_ids: Sequence[int] | None, *, limit: int | None = None, offset: int = 0
+    ) -> list[Schedule]:
+        """The schedules of those spaces (None: of every space) by space and action; `limit`/`offset` page them."""
+        spaces = check.space_ids_or_all(space_ids)
+        if limit is not None:
+            check.page(limit, offset)
+        if spaces == []:
             return []
-        rows = await self._store.run(lambda conn: conn.fetch(self._sql.list_schedules, (spaces,)))
+        where = "1 = 1" if spaces is None else "space_id IN %s"
+        args: list[Any] = [] if spaces is None else [spaces]
+        paged = "" if limit is None else " LIMIT %s OFFSET %s"
+        if limit is not None:
+            args += [limit, offset]
+        statement = self._sql.list_schedules.format(where=where, page=paged)
+        rows = await self._store.run(lambda conn: conn.fetch(statement, args))
         return [schedule_from_row(row) for row in rows]
 
     # -- an operator's view ---------------------------------------------------------------------------------
@@ -474,17 +484,18 @@ class MysqlJobQueue:
     async def list_jobs(
         self,
         *,
-        space_ids: Sequence[int],
+        space_ids: Sequence[int] | None,
         action_id: str | None = None,
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> JobPage:
+        """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
         spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
-        if not spaces:
+        if spaces == []:
             return JobPage(jobs=[], total=0)
-        where = ["space_id IN %s"]
-        args: list[Any] = [spaces]
+        where = ["1 = 1"] if spaces is None else ["space_id IN %s"]
+        args: list[Any] = [] if spaces is None else [spaces]
         if action_id is not None:
             where.append("action_id = %s")
             args.append(action_id)
@@ -503,23 +514,19 @@ class MysqlJobQueue:
     async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
         spaces = None if space_ids is None else check.space_ids(space_ids)
         now = await self._now_ms()
-        counts = {status.value: 0 for status in JobStatus}
         if spaces == []:
-            return QueueStats(now=now, counts=counts, pending_due=0, oldest_due_run_at=None, running_lease_lapsed=0)
+            return QueueStats.from_groups(now, [])
         where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
         statement = self._sql.job_stats.format(where=where)
         rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
-        due = lapsed = 0
-        oldest: int | None = None
-        for status, count, due_here, oldest_here, lapsed_here in rows:
-            counts[as_text(status)] = int(count)
-            due += int(due_here or 0)
-            lapsed += int(lapsed_here or 0)
-            if oldest_here is not None:
-                oldest = int(oldest_here) if oldest is None else min(oldest, int(oldest_here))
-        return QueueStats(
-            now=now, counts=counts, pending_due=due, oldest_due_run_at=oldest, running_lease_lapsed=lapsed
-        )
+        return QueueStats.from_groups(
+            now,
+            (
+                (int(space), as_text(action), as_text(status), int(count), int(due or 0),
+                 None if oldest is None else int(oldest), int(lapsed or 0))
+                for space, action, status, count, due, oldest, lapsed in rows
+            ),
+        )  # fmt: skip
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)

@@ -213,11 +213,13 @@ def statements_for(prefix: str) -> Statements:
         list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
         "LIMIT %s OFFSET %s",
         count_jobs=f"SELECT COUNT(*) FROM {jobs} WHERE {{where}}",
-        # Per status: count, due pending jobs, the oldest due run_at, running jobs whose lease lapsed.
+        # Per space, action and status: count, due pending jobs, the oldest due run_at, running jobs whose lease
+        # lapsed. A scan of the spaces' jobs: an operator's command, not a worker's path.
         job_stats=(
-            f"SELECT status, COUNT(*), SUM(status = 'pending' AND run_at <= %(now)s), "
+            f"SELECT space_id, action_id, status, COUNT(*), SUM(status = 'pending' AND run_at <= %(now)s), "
             f"MIN(CASE WHEN status = 'pending' AND run_at <= %(now)s THEN run_at END), "
-            f"SUM(status = 'running' AND lease_until < %(now)s) FROM {jobs} WHERE {{where}} GROUP BY status"
+            f"SUM(status = 'running' AND lease_until < %(now)s) FROM {jobs} WHERE {{where}} "
+            "GROUP BY space_id, action_id, status"
         ),
         requeue=(
             f"UPDATE {jobs} SET status = 'pending', run_at = %(now)s, attempts = 0, worker_id = NULL, "
@@ -286,8 +288,8 @@ def statements_for(prefix: str) -> Statements:
             "enabled = VALUES(enabled), max_attempts = VALUES(max_attempts), updated_at = VALUES(updated_at)"
         ),
         list_schedules=(
-            f"SELECT {SCHEDULE_COLUMNS} FROM {schedules} WHERE space_id IN %s AND action_id <> '' "
-            "ORDER BY space_id, action_id"
+            f"SELECT {SCHEDULE_COLUMNS} FROM {schedules} WHERE {{where}} AND action_id <> '' "
+            "ORDER BY space_id, action_id{page}"
         ),
         # -- kv ---------------------------------------------------------------------------------------------
         kv_get=f"SELECT v FROM {kv} WHERE k = %s AND {live}",
