@@ -160,3 +160,21 @@ def test_required_tls_is_never_a_silent_plain_connection(mysql_url: str) -> None
 def test_a_charset_other_than_utf8mb4_is_one_line_and_exit_2(database_url: str) -> None:
     line = fails(cli("stats", "--url", database_url + ("&" if "?" in database_url else "?") + "charset=latin1"))
     assert "charset 'latin1' is not supported" in line and "utf8mb4" in line, line
+
+
+def test_alembic_migrates_over_tls(tls: Tls) -> None:
+    from .test_alembic import alembic
+    from .test_alembic import ok as alembic_ok
+
+    files = f"ssl-ca={tls.path('ca.pem')}&ssl-cert={tls.path('client.pem')}&ssl-key={tls.path('client.key')}"
+    # The environment hands SQLAlchemy the URL in its own spelling (ssl_ca, ssl_cert, ssl_key, ssl_check_hostname).
+    with fresh_database(tls.url("x509", "ssl-mode=VERIFY_IDENTITY&" + files, database="")) as database_url:
+        alembic_ok(alembic(database_url, "upgrade", "head"))
+        conn = pymysql.connect(**parse_mysql_url(database_url).pymysql_kwargs())
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SHOW TABLES")
+                tables = {str(row[0]) for row in cur.fetchall()}
+        finally:
+            conn.close()
+    assert {"action_jobs", "action_schedules", "action_kv"} <= tables
