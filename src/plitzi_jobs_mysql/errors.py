@@ -2,7 +2,8 @@
 
 Where the API promises a builtin (``ValueError`` for bad input, ``TypeError`` for input that is not JSON), the
 named error subclasses that builtin too, so ``except ValueError`` keeps working and ``except PlitziJobsError``
-catches everything this package raises on purpose.
+catches every named error. Other bad input (an id too long, an unknown status) is the plain builtin the API
+promises, raised before anything is written.
 """
 
 from __future__ import annotations
