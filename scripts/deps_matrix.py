@@ -78,8 +78,9 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pjm-deps-") as tmp:
         work = Path(tmp)
-        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work),
-             str(ROOT)])  # fmt: skip
+        # The wheel from the sdist, as `python -m build` makes it: never from the checkout's build/ directory,
+        # which keeps modules that were moved or removed since the last in-tree build.
+        run([sys.executable, "-m", "build", "-q", "--no-isolation", "--outdir", str(work), str(ROOT)])
         (wheel,) = work.glob("*.whl")
         env = dict(os.environ)
         if env.get("PLITZI_MYSQL_URL"):
