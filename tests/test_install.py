@@ -89,6 +89,9 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
     ).stdout.split()
     missing = [path for path in tracked if path.removeprefix("src/") not in names]
     assert not missing, f"not in the wheel: {missing}"
+    package = {name for name in names if name.startswith("plitzi_jobs_mysql/")}
+    stale = sorted(package - {path.removeprefix("src/") for path in tracked})
+    assert not stale, f"in the wheel but not in the checkout: {stale}"
 
     with tarfile.open(installed.sdist) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
