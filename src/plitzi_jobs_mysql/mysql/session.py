@@ -299,17 +299,6 @@ class MysqlStore:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        try:
-            async with self._borrow() as conn:
-                yield conn
-        except Exception as error:
-            mapped = unavailable(error)
-            if mapped is None:
-                raise
-            raise mapped from error
-
-    @asynccontextmanager
-    async def _borrow(self) -> AsyncIterator[Connection]:
         async with self.pool.acquire() as raw:
             conn = Connection(raw, self.statement_prefix)
             ok = False
@@ -349,9 +338,12 @@ class MysqlStore:
                     return result
                 finally:
                     await self._end_borrow(conn, ok)
-        except pymysql.err.OperationalError as error:
+        except Exception as error:
             if error_code(error) != ER.NET_PACKET_TOO_LARGE:
-                raise
+                mapped = unavailable(error)  # refused, lost or read-only: a StoreUnavailableError
+                if mapped is None:
+                    raise
+                raise mapped from error
             # The server refused the statement whole (and dropped that connection): its max_allowed_packet is
             # smaller than first use found (changed, and the server restarted). Read it again on the next call.
             self._packet_stale = True
