@@ -647,3 +647,21 @@ def test_arguments_are_checked() -> None:
         create_job_worker(queue=queue, handler=Gate(), lease_ms=0)
     with pytest.raises(ValueError):
         create_job_worker(queue=queue, handler=Gate(), worker_id="x" * 192)
+
+
+# -- a cancel that outlives its worker ---------------------------------------------------------------------------
+
+
+async def test_a_cancel_that_survived_a_lost_lease_settles_cancelled_without_running_the_handler() -> None:
+    clock, queue = fixed_queue()
+    await enqueue(queue, "a")
+    [taken] = await queue.claim(worker_id="died", lease_ms=1_000, limit=1)
+    assert await queue.cancel([1], "a") is True  # asked while "died" held it; nobody heard
+    clock.now += 2_000  # its lease lapses
+    gate = Gate()
+    worker = create_job_worker(queue=queue, handler=gate, worker_id="w1")
+    assert await worker.poll() == 0
+    job = await wait_for_job(queue, "a", "cancelled")
+    await worker.stop()
+    assert gate.started == []
+    assert [(a.status, a.worker_id) for a in job.history] == [("lost", "died"), ("cancelled", "w1")]

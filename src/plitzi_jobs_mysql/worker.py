@@ -246,7 +246,8 @@ class JobWorker:
             self._claims_in_flight -= 1
             if not self._claims_in_flight:
                 self._claims_done.set()
-        held = [_Held(job=job) for job in claimed]
+        # A cancel asked for while an earlier holder ran it (and then died) stands: it is never run.
+        held = [_Held(job=job, cancel_requested=job.cancel_requested) for job in claimed]
         for h in held:  # held from here on, so the heartbeat renews them whatever happens next
             self._held[h.job.id] = h
         return held
@@ -314,6 +315,10 @@ class JobWorker:
         if self._stopping:
             # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
             await self._hand_back(held, 0)
+            await self._release(held)
+            return False
+        if held.cancel_requested:  # nothing runs, so no single-flight key is needed to settle it
+            await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
             await self._release(held)
             return False
         if self.kv is not None:

@@ -79,6 +79,16 @@ class LeaseContract:
         assert dead is not None and dead.attempts == 2 and [a.status for a in dead.history] == ["lost", "lost"]
         assert dead.lease_until is None
 
+    async def test_a_cancel_survives_a_lost_lease(self, queue: JobQueue, advance: Advance) -> None:
+        # An operator's cancel of a job whose worker then died must reach whoever claims it next.
+        await queue.enqueue(job())
+        await claim_one(queue, "dead-worker", lease_ms=50)
+        assert await queue.cancel([1], "job-1") is True
+        await advance(51)
+        taken = await claim_one(queue, "rescuer", lease_ms=60_000)
+        assert (taken.status, taken.worker_id, taken.cancel_requested) == ("running", "rescuer", True)
+        assert await queue.heartbeat(job_ids=["job-1"], worker_id="rescuer", lease_ms=60_000) == ["job-1"]
+
     async def test_a_running_job_under_its_lease_is_not_claimed(self, queue: JobQueue) -> None:
         await queue.enqueue(job())
         await claim_one(queue, "w1", lease_ms=60_000)
