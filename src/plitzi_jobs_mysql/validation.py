@@ -239,6 +239,21 @@ def schedule_input(schedule: object, space: int) -> None:
         raise ValueError(f"schedule {schedule.action_id!r} has an invalid cron expression {schedule.cron!r}")
     if schedule.timezone is not None and not is_known_time_zone(schedule.timezone):
         raise ValueError(f"schedule {schedule.action_id!r} names an unknown time zone {schedule.timezone!r}")
+    schedule_fire_id(schedule.space_id, schedule.action_id)
+
+
+def schedule_fire_id(space: int, action_id: str) -> None:
+    """Refuses a schedule whose fires could not be enqueued: their job id would pass `ID_MAX_CHARS` at the latest
+    instant a fire can have, and every sweep reaching the schedule would fail on it."""
+    from .schedules import schedule_job_id  # schedules imports this module for its bounds
+
+    longest = schedule_job_id(space, action_id, MAX_INSTANT_MS)
+    if len(longest) > ID_MAX_CHARS:
+        shown = action_id if len(action_id) <= 40 else action_id[:40] + "…"
+        raise ValueError(
+            f"schedule {shown!r} of space {space}: its fires' job id ({len(longest)} characters, "
+            f"'schedule:<space>:<action>:<instant>') would pass {ID_MAX_CHARS}; use a shorter action id"
+        )
 
 
 def put_schedules_args(space: object, schedules: object) -> list[ScheduleInput]:

@@ -86,6 +86,20 @@ class ScheduleContract:
             await queue.put_schedules(space_id=1, schedules=[schedule("x"), schedule("x")])
         assert [s.action_id for s in await queue.list_schedules([1])] == ["keep"]
 
+    async def test_put_schedules_refuses_a_schedule_whose_fire_id_could_not_be_stored(self, queue: JobQueue) -> None:
+        # A fire's job id is "schedule:{space}:{action}:{instant}": an action id that passes alone can make it
+        # longer than any job id may be, and such a schedule would fail every sweep that reaches it.
+        space = 123_456
+        fits = "a" * (191 - len(f"schedule:{space}::") - len(str(253_402_300_799_999)))
+        await queue.put_schedules(space_id=space, schedules=[schedule("keep", space_id=space)])
+        with pytest.raises(ValueError, match="job id"):
+            await queue.put_schedules(
+                space_id=space, schedules=[schedule("ok", space_id=space), schedule(fits + "a", space_id=space)]
+            )
+        assert [s.action_id for s in await queue.list_schedules([space])] == ["keep"]
+        await queue.put_schedules(space_id=space, schedules=[schedule(fits, space_id=space)])
+        assert [s.action_id for s in await queue.list_schedules([space])] == [fits]
+
     async def test_concurrent_writers_leave_one_writers_set(self, queue: JobQueue) -> None:
         sets = [[schedule(f"w{w}-{n}") for n in range(5)] for w in range(6)]
         await asyncio.gather(*(queue.put_schedules(space_id=1, schedules=s) for s in sets))
