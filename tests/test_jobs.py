@@ -76,6 +76,7 @@ def test_a_given_queue_is_used_silently_and_options_reach_both_halves(caplog: py
             spaces=[3, 4],
             worker_id="pod-1",
             on_error=errors.append,
+            on_event=print,
         )
     assert caplog.text == ""
     assert jobs.queue is queue
@@ -98,6 +99,7 @@ def test_a_given_queue_is_used_silently_and_options_reach_both_halves(caplog: py
     )
     assert w.kv is kv
     assert s.on_error == errors.append and w.on_error == errors.append
+    assert s._emit.hook is print and w._emit.hook is print
 
 
 async def test_a_schedule_becomes_a_job_and_runs_then_stop_ends_both(monkeypatch: pytest.MonkeyPatch) -> None:

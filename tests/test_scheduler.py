@@ -441,3 +441,102 @@ def test_arguments_are_checked() -> None:
         create_scheduler(queue=queue, lookups=Lookups(), batch=0)
     with pytest.raises(ValueError):
         create_scheduler(queue=queue, lookups=Lookups(), poll_ms=0)
+
+
+# -- one bad schedule, slow lookups, and what an operator sees -----------------------------------------------------
+
+
+def scheduler_records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "plitzi_jobs_mysql.scheduler" and r.levelno == level]
+
+
+async def test_one_schedule_whose_fire_cannot_be_enqueued_does_not_stop_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, base = await setup(
+        schedule(action_id="poison", next_run_at=T - MINUTE), schedule(action_id="digest", next_run_at=T)
+    )
+
+    async def refuse_poison(job: Any) -> None:
+        if job.action_id == "poison":
+            raise ValueError("this fire cannot be stored")
+
+    scheduler = create_scheduler(queue=Proxy(base, enqueue=refuse_poison), lookups=Lookups())
+    clock.now = T + 1_000
+    with caplog.at_level(logging.ERROR, logger="plitzi_jobs_mysql.scheduler"):
+        result = await scheduler.sweep()  # the poisoned one is the oldest due: it must not starve the rest
+    assert result.enqueued == [schedule_job_id(1, "digest", T)]
+    [logged] = scheduler_records(caplog, logging.ERROR)
+    assert "space 1" in logged.getMessage() and "'poison'" in logged.getMessage()
+    assert logged.exc_info is not None and "cannot be stored" in str(logged.exc_info[1])
+    assert (await stored(queue=base, action_id="poison")).next_run_at == T - MINUTE  # still due, not skipped
+
+
+async def test_a_slow_reconcile_does_not_hold_up_due_fires(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler_module.random, "random", lambda: 0.0)
+    _clock, queue = await setup(schedule(space_id=3, action_id="tick", next_run_at=T))
+    stuck = asyncio.Event()
+
+    class SlowLookups(SpacedLookups):
+        async def list_actions(self, space_id: int) -> list[ActionEntry]:
+            self.calls.append(space_id)
+            await stuck.wait()  # a lookups backend that hangs
+            return []
+
+    lookups = SlowLookups({3: []})
+    scheduler = create_scheduler(queue=queue, lookups=lookups, poll_ms=10)
+    scheduler.start()
+    try:
+        await wait_for(lambda: lookups.calls == [3])
+        job_id = schedule_job_id(3, "tick", T)
+        deadline = asyncio.get_running_loop().time() + 5
+        while await queue.get_job([3], job_id) is None:
+            assert asyncio.get_running_loop().time() < deadline, "no sweep ran while the reconcile was stuck"
+            await asyncio.sleep(0.01)
+    finally:
+        stuck.set()
+        scheduler.stop()
+
+
+async def test_invalid_schedules_from_lookups_are_skipped_with_a_warning_and_the_rest_reconciled(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _clock, queue = await setup(now=T)
+    too_long = "x" * 175  # fine as an action id, too long for its fires' job ids
+    lookups = Lookups({1: [
+        ActionEntry(id="good", schedule=ScheduleTrigger(cron="*/5 * * * *")),
+        ActionEntry(id="bad-cron", schedule=ScheduleTrigger(cron="61 * * * *")),
+        ActionEntry(id="bad-zone", schedule=ScheduleTrigger(cron="0 7 * * *", timezone="Mars/Olympus")),
+        ActionEntry(id=too_long, schedule=ScheduleTrigger(cron="0 7 * * *")),
+        ActionEntry(id="never", schedule=ScheduleTrigger(cron="0 0 30 2 *")),
+        ActionEntry(id="unscheduled"),
+    ]})
+    scheduler = create_scheduler(queue=queue, lookups=lookups)
+    with caplog.at_level(logging.WARNING, logger="plitzi_jobs_mysql.scheduler"):
+        await scheduler.reconcile(1)
+    assert [s.action_id for s in await queue.list_schedules([1])] == ["good"]
+    warned = {r.getMessage() for r in scheduler_records(caplog, logging.WARNING)}
+    assert len(warned) == 4
+    expected = [("'bad-cron'", "cron"), ("'bad-zone'", "Mars/Olympus"), (too_long[:20], "job id"), ("'never'", "never")]
+    for action, reason in expected:
+        assert any("space 1" in m and action in m and reason in m for m in warned), (action, warned)
+
+
+async def test_missed_fires_are_logged_at_warning_with_their_count_and_fires_reach_the_hook(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from plitzi_jobs_mysql.events import EventKind, JobEvent
+
+    clock, queue = await setup(schedule("* * * * *"))
+    clock.now = T + 90 * MINUTE + 5_000
+    events: list[JobEvent] = []
+    scheduler = create_scheduler(queue=queue, lookups=Lookups(), on_event=events.append)
+    with caplog.at_level(logging.WARNING, logger="plitzi_jobs_mysql.scheduler"):
+        await scheduler.sweep()
+    [missed] = scheduler_records(caplog, logging.WARNING)
+    assert "space 1" in missed.getMessage() and "'digest'" in missed.getMessage() and "90" in missed.getMessage()
+    job_id = schedule_job_id(1, "digest", T)
+    assert [(e.kind, e.job_id, e.fire_at, e.count) for e in events] == [
+        (EventKind.FIRED, job_id, T, None),
+        (EventKind.MISSED, job_id, T, 90),
+    ]

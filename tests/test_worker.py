@@ -13,6 +13,7 @@ import pytest
 
 import plitzi_jobs_mysql.worker as worker_module
 from plitzi_jobs_mysql.contract import JobQueue
+from plitzi_jobs_mysql.events import EventKind, JobEvent
 from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv, wall_clock_ms
 from plitzi_jobs_mysql.records import Job, JobInput
 from plitzi_jobs_mysql.worker import (
@@ -665,3 +666,127 @@ async def test_a_cancel_that_survived_a_lost_lease_settles_cancelled_without_run
     await worker.stop()
     assert gate.started == []
     assert [(a.status, a.worker_id) for a in job.history] == [("lost", "died"), ("cancelled", "w1")]
+
+
+# -- what an operator sees: logs and the event hook --------------------------------------------------------------
+
+
+def records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "plitzi_jobs_mysql.worker" and r.levelno == level]
+
+
+async def test_a_failing_handler_is_logged_with_its_traceback_and_a_dead_job_at_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, queue = fixed_queue()
+    await enqueue(queue, "a", max_attempts=2)
+
+    async def handler(job: Job) -> None:
+        raise ValueError(f"broken on attempt {job.attempts}")
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1")
+    with caplog.at_level(logging.INFO, logger="plitzi_jobs_mysql.worker"):
+        await worker.poll()
+        job = await wait_for_job(queue, "a", "pending")
+        [failed] = records(caplog, logging.WARNING)
+        assert failed.exc_info is not None and str(failed.exc_info[1]) == "broken on attempt 1"
+        assert "'a'" in failed.getMessage() and "'act'" in failed.getMessage() and "attempt 1/2" in failed.getMessage()
+        assert records(caplog, logging.ERROR) == []
+        clock.now = job.run_at
+        await worker.poll()
+        await wait_for_job(queue, "a", "dead")
+        await worker.stop()
+    assert len(records(caplog, logging.WARNING)) == 2
+    [dead] = records(caplog, logging.ERROR)
+    assert "'a'" in dead.getMessage() and "attempt 2/2" in dead.getMessage() and "dead" in dead.getMessage()
+    assert "broken on attempt 2" in dead.getMessage()
+
+
+async def test_a_lost_attempt_is_logged_at_warning_naming_who_lost_it(caplog: pytest.LogCaptureFixture) -> None:
+    clock, queue = fixed_queue()
+    await enqueue(queue, "a")
+    assert len(await queue.claim(worker_id="died", lease_ms=1_000, limit=1)) == 1
+    clock.now += 2_000
+    worker = create_job_worker(queue=queue, handler=lambda job: asyncio.sleep(0), worker_id="w1")
+    with caplog.at_level(logging.WARNING, logger="plitzi_jobs_mysql.worker"):
+        await worker.poll()
+        await wait_for_job(queue, "a", "succeeded")
+        await worker.stop()
+    [lost] = records(caplog, logging.WARNING)
+    assert "'a'" in lost.getMessage() and "died" in lost.getMessage() and "lost" in lost.getMessage()
+
+
+async def test_the_event_hook_sees_each_happening_of_a_run() -> None:
+    clock, queue = fixed_queue()
+    await enqueue(queue, "ok")
+    await enqueue(queue, "flaky", max_attempts=2)
+    await enqueue(queue, "later")
+    await enqueue(queue, "stop")
+    events: list[JobEvent] = []
+
+    async def handler(job: Job) -> str | None:
+        if job.id == "flaky":
+            raise ValueError("flaky")
+        if job.id == "later":
+            raise RetryLater("not yet", delay_ms=5)
+        if job.id == "stop":
+            raise PermanentFailure("never")
+        return "run-ok"
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1", on_event=events.append)
+    assert await worker.poll() == 4
+    await wait_for(lambda: not worker._held)
+    by_job: dict[str, list[str]] = {}
+    for event in events:
+        by_job.setdefault(event.job_id, []).append(event.kind.value)
+    assert by_job == {
+        "ok": ["claimed", "started", "succeeded"],
+        "flaky": ["claimed", "started", "failed", "retried"],
+        "later": ["claimed", "started", "retried"],
+        "stop": ["claimed", "started", "failed", "dead"],
+    }
+    ok = next(e for e in events if e.kind == EventKind.CLAIMED and e.job_id == "ok")
+    assert (ok.attempt, ok.max_attempts, ok.worker_id, ok.wait_ms) == (1, 3, "w1", 0)
+    failed = next(e for e in events if e.kind == EventKind.FAILED and e.job_id == "flaky")
+    assert isinstance(failed.error, ValueError) and failed.message == "ValueError: flaky"
+    retried = next(e for e in events if e.kind == EventKind.RETRIED and e.job_id == "later")
+    assert retried.delay_ms == 5 and retried.duration_s is not None and retried.duration_s >= 0
+    done = next(e for e in events if e.kind == EventKind.SUCCEEDED)
+    assert done.run_id == "run-ok" and done.space_id == 1 and done.action_id == "act"
+
+    events.clear()
+    clock.now += 5  # "later" is due again; "flaky" is not
+    assert [j.id for j in await queue.claim(worker_id="died", lease_ms=1_000, limit=1)] == ["later"]
+    await queue.cancel([1], "later")
+    clock.now += 120_000  # "flaky" due again, "later" lapsed under "died"
+    await worker.poll()
+    await wait_for(lambda: not worker._held)
+    await worker.stop()
+    kinds = sorted((e.job_id, e.kind.value) for e in events)
+    assert kinds == sorted([
+        ("later", "lost"), ("later", "claimed"), ("later", "cancelled"),
+        ("flaky", "claimed"), ("flaky", "started"), ("flaky", "failed"), ("flaky", "dead"),
+    ])
+    lost = next(e for e in events if e.kind == EventKind.LOST)
+    assert (lost.worker_id, lost.attempt) == ("died", 1)
+
+
+async def test_an_event_hook_that_raises_is_logged_and_never_breaks_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "a")
+
+    def hook(event: JobEvent) -> None:
+        raise RuntimeError("the hook is broken")
+
+    async def handler(job: Job) -> str:
+        return "done"
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1", on_event=hook)
+    with caplog.at_level(logging.ERROR, logger="plitzi_jobs_mysql.worker"):
+        assert await worker.poll() == 1
+        job = await wait_for_job(queue, "a", "succeeded")
+        await worker.stop()
+    assert job.run_id == "done"
+    assert any(r.exc_info and "the hook is broken" in str(r.exc_info[1]) for r in caplog.records)

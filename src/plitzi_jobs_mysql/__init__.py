@@ -14,6 +14,7 @@ from .errors import (
     SchemaMismatchError,
     StoreUnavailableError,
 )
+from .events import EventHook, EventKind, JobEvent
 from .jobs import ActionJobs, create_action_jobs
 from .memory import create_memory_job_queue, create_memory_kv
 from .mysql import (
@@ -51,7 +52,10 @@ __all__ = [
     "AttemptOutcome",
     "AttemptStatus",
     "ConnectionCharsetError",
+    "EventHook",
+    "EventKind",
     "Job",
+    "JobEvent",
     "JobInput",
     "JobPage",
     "JobQueue",

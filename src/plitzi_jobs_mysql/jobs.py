@@ -55,7 +55,7 @@ def create_action_jobs(
     """Scheduler and worker over one queue. Built, not started: whoever owns the process calls `start()`.
 
     `options` are the worker's (`WorkerOptions`) and the scheduler's (`SchedulerOptions`, its `poll_ms` named
-    `schedule_poll_ms` here), passed through unchanged.
+    `schedule_poll_ms` here), passed through unchanged; `on_error` and `on_event` go to both.
     """
     scheduler_options, worker_options = split_action_jobs_options(options)
     if queue is None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from . import validation as check
+from .events import EventHook
 from .schedules import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
@@ -35,6 +36,7 @@ class SchedulerOptions(TypedDict, total=False):
     reconcile_ms: int
     spaces: Sequence[int] | None
     on_error: ErrorHandler | None
+    on_event: EventHook | None
 
 
 class WorkerOptions(TypedDict, total=False):
@@ -45,6 +47,7 @@ class WorkerOptions(TypedDict, total=False):
     backoff_max_ms: int
     worker_id: str | None
     on_error: ErrorHandler | None
+    on_event: EventHook | None
 
 
 class ActionJobsOptions(WorkerOptions, total=False):
@@ -69,6 +72,8 @@ class SchedulerSettings:
     reconcile_ms: int = 900_000
     spaces: Sequence[int] | None = None
     on_error: ErrorHandler | None = None
+    #: Called with a `JobEvent` for each fire and each run of missed fires (see `plitzi_jobs_mysql.events`).
+    on_event: EventHook | None = None
 
     def __post_init__(self) -> None:
         check.text("environment", self.environment, check.NAME_MAX_CHARS)
@@ -91,6 +96,8 @@ class WorkerSettings:
     backoff_max_ms: int = 900_000
     worker_id: str | None = None
     on_error: ErrorHandler | None = None
+    #: Called with a `JobEvent` for each happening of a job (see `plitzi_jobs_mysql.events`).
+    on_event: EventHook | None = None
 
     def __post_init__(self) -> None:
         check.integer("workers", self.workers, 0, check.MAX_LIMIT)
@@ -106,7 +113,8 @@ _SCHEDULER_KEYS = SchedulerOptions.__optional_keys__ - {"poll_ms"}
 
 
 def split_action_jobs_options(options: ActionJobsOptions) -> tuple[SchedulerOptions, WorkerOptions]:
-    """The scheduler's and the worker's share of `create_action_jobs`' options (`on_error` goes to both)."""
+    """The scheduler's and the worker's share of `create_action_jobs`' options (`on_error` and `on_event` go to
+    both)."""
     given: dict[str, Any] = dict(options)
     unknown = given.keys() - ActionJobsOptions.__optional_keys__
     if unknown:

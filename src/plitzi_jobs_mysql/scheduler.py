@@ -31,9 +31,10 @@ from .clock import from_epoch_ms, to_epoch_ms
 from .contract import JobQueue
 from .cron import cron_fires_between, cron_next_fire
 from .errors import StoreUnavailableError
+from .events import Emitter, EventKind, JobEvent
 from .options import SchedulerOptions, SchedulerSettings
-from .records import JobInput, MissedFires, Schedule, SweepResult
-from .schedules import ActionLookups, schedule_job_id, schedules_for
+from .records import JobInput, MissedFires, Schedule, ScheduleInput, SweepResult
+from .schedules import ActionLookups, read_schedule, schedule_job_id
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,8 @@ MINUTE_MS: Final = 60_000
 #: Where a schedule is parked when its expression has no next fire at all: four years out, the horizon
 #: `cron_next_fire` searches. Nothing inside it matched, so nothing inside it will.
 PARK_MS: Final = 2_108_160 * MINUTE_MS
+#: How much of an action id a log line shows.
+ID_SHOWN: Final = 200
 
 #: A timed sweep that has not finished in this long is abandoned: a connection gone silent (no FIN, no RST) would
 #: otherwise hold it for as long as TCP takes to give up, about 15 minutes, and no sweep of this replica runs
@@ -66,7 +69,10 @@ class Scheduler:
         self.reconcile_ms = settings.reconcile_ms
         self.spaces = None if settings.spaces is None else list(settings.spaces)
         self.on_error = settings.on_error or _log_error
-        self._running = False
+        self._emit = Emitter(settings.on_event, logger)
+        # The passes under way, each kind on its own: a slow reconcile must not hold up due fires, nor a long
+        # sweep skip a whole reconcile period.
+        self._running: set[Callable[[], Coroutine[Any, Any, Any]]] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- one pass --------------------------------------------------------------------------------------------
@@ -75,8 +81,28 @@ class Scheduler:
         """One pass: every due schedule (up to `batch`) becomes one job, and moves on."""
         result = SweepResult(enqueued=[], duplicates=[], missed=[])
         at = to_epoch_ms(await self.queue.now())
-        for schedule in await self.queue.due_schedules(self.batch):
-            await self._produce(schedule, at, result)
+        failures: list[Exception] = []
+        due = await self.queue.due_schedules(self.batch)
+        for schedule in due:
+            try:
+                await self._produce(schedule, at, result)
+            except Exception as error:
+                # One schedule that cannot fire must not starve the rest: it stays due (it is the oldest, so it
+                # would head every later sweep too) and each sweep says so, naming it.
+                logger.error(
+                    "schedule of space %d, action %r could not fire at %d; the other due schedules go on and it is "
+                    "tried again on the next sweep",
+                    schedule.space_id,
+                    schedule.action_id,
+                    schedule.next_run_at,
+                    exc_info=error,
+                )
+                failures.append(error)
+        if failures and len(failures) == len(due):
+            raise failures[0]  # nothing fired at all, the store itself may be down: the pass failed
+        if self.on_error is not _log_error:
+            for failure in failures:
+                self.on_error(failure)
         return result
 
     async def _produce(self, schedule: Schedule, at: int, result: SweepResult) -> None:
@@ -108,6 +134,16 @@ class Scheduler:
             )
         )
         (result.enqueued if created else result.duplicates).append(job_id)
+        if created:
+            self._emit(
+                JobEvent(
+                    kind=EventKind.FIRED,
+                    job_id=job_id,
+                    space_id=schedule.space_id,
+                    action_id=schedule.action_id,
+                    fire_at=fire_at,
+                )
+            )
         # Only after the job exists: a crash between the two leaves the schedule due, and the retry is a
         # no-op.
         moved = await self.queue.advance_schedule(
@@ -121,6 +157,16 @@ class Scheduler:
         # would report one outage once per replica.
         if moved and missed > 0:
             result.missed.append(MissedFires(space_id=schedule.space_id, action_id=schedule.action_id, count=missed))
+            self._emit(
+                JobEvent(
+                    kind=EventKind.MISSED,
+                    job_id=job_id,
+                    space_id=schedule.space_id,
+                    action_id=schedule.action_id,
+                    fire_at=fire_at,
+                    count=missed,
+                )
+            )
 
     # -- reconciling rows with the actions -------------------------------------------------------------------
 
@@ -128,10 +174,21 @@ class Scheduler:
         """Re-derives one space's schedules from its actions. Call it whenever they change."""
         entries = await self.lookups.list_actions(space_id)
         at = await self.queue.now()
-        await self.queue.put_schedules(
-            space_id=space_id,
-            schedules=schedules_for(entries, space_id, self.environment, at, self.max_attempts),
-        )
+        schedules: list[ScheduleInput] = []
+        for entry in entries:
+            schedule, problem = read_schedule(entry, space_id, self.environment, at, self.max_attempts)
+            if schedule is not None:
+                schedules.append(schedule)
+            elif problem is not None:
+                # The others are reconciled all the same; this one has no schedule row (an existing one is
+                # removed) until its action is fixed, and says so every reconcile.
+                logger.warning(
+                    "space %d, action %r: its schedule is skipped and will not fire: %s",
+                    space_id,
+                    str(entry.id)[:ID_SHOWN],
+                    problem,
+                )
+        await self.queue.put_schedules(space_id=space_id, schedules=schedules)
 
     async def _scheduled_spaces(self) -> list[int]:
         listed = getattr(self.lookups, "list_scheduled_spaces", None)
@@ -150,17 +207,17 @@ class Scheduler:
     # -- the timers ------------------------------------------------------------------------------------------
 
     async def _guarded(self, run: Callable[[], Coroutine[Any, Any, Any]]) -> None:
-        """One pass at a time per replica: a sweep that outlives its interval must not have another land on
-        top."""
-        if self._running:
+        """One pass of each kind at a time per replica: a sweep that outlives its interval must not have another
+        land on top (a reconcile may run beside it)."""
+        if run in self._running:
             return
-        self._running = True
+        self._running.add(run)
         try:
             await run()
         except Exception as error:
             self.on_error(error)
         finally:
-            self._running = False
+            self._running.discard(run)
 
     async def _bounded_sweep(self) -> None:
         """A timed sweep, abandoned (safe: a fire is enqueued before its schedule moves) when it outlives
@@ -206,5 +263,8 @@ class Scheduler:
 
 
 def create_scheduler(*, queue: JobQueue, lookups: ActionLookups, **options: Unpack[SchedulerOptions]) -> Scheduler:
-    """A leaderless producer of scheduled jobs; every replica may run one. Options and defaults: `SchedulerSettings`."""
+    """A leaderless producer of scheduled jobs; every replica may run one. Options and defaults: `SchedulerSettings`.
+
+    `on_event` receives a `JobEvent` for each fire it enqueues and each run of missed fires it moves past (see
+    `plitzi_jobs_mysql.events`)."""
     return Scheduler(queue=queue, lookups=lookups, **options)

@@ -14,7 +14,7 @@ from typing import Final, Protocol, runtime_checkable
 from .clock import to_epoch_ms
 from .cron import cron_next_fire, is_known_time_zone, is_valid_cron
 from .records import ScheduleInput
-from .validation import ID_MAX_CHARS, NAME_MAX_CHARS
+from .validation import ID_MAX_CHARS, MAX_INSTANT_MS, NAME_MAX_CHARS
 
 #: Attempts a scheduled job is given before it is left for an operator.
 DEFAULT_MAX_ATTEMPTS: Final = 3
@@ -68,22 +68,39 @@ def schedule_for(
 ) -> ScheduleInput | None:
     """The schedule an action declares as of `at`, or None.
 
-    None for no schedule, an empty expression, or an expression or zone this cannot use. A zone nobody knows
-    is never read as UTC: a schedule that fires at the wrong hour is worse than one that visibly never fires.
+    None for no schedule, an empty expression, or an expression or zone this cannot use (`schedule_problem`
+    says which). A zone nobody knows is never read as UTC: a schedule that fires at the wrong hour is worse than
+    one that visibly never fires.
     """
+    return read_schedule(entry, space_id, environment, at, max_attempts)[0]
+
+
+def schedule_problem(entry: ActionEntry, space_id: int, at: datetime) -> str | None:
+    """Why the schedule `entry` declares cannot be used, or None when it can (or it declares none)."""
+    return read_schedule(entry, space_id, "main", at, DEFAULT_MAX_ATTEMPTS)[1]
+
+
+def read_schedule(
+    entry: ActionEntry, space_id: int, environment: str, at: datetime, max_attempts: int
+) -> tuple[ScheduleInput | None, str | None]:
+    """The schedule `entry` declares, or None and why not (None too when it declares none)."""
     trigger = entry.schedule
     if trigger is None:
-        return None
+        return None, None
     cron = (trigger.cron or "").strip()
-    if not cron or len(cron) > ID_MAX_CHARS or not is_valid_cron(cron):
-        return None
+    if not cron:
+        return None, None  # an empty expression declares no schedule
+    if len(cron) > ID_MAX_CHARS or not is_valid_cron(cron):
+        return None, f"{cron[:ID_MAX_CHARS]!r} is not a five-field cron expression this can read"
     zone = (trigger.timezone or "").strip() or None
     if zone is not None and (len(zone) > NAME_MAX_CHARS or not is_known_time_zone(zone)):
-        return None
+        return None, f"time zone {zone[:NAME_MAX_CHARS]!r} is unknown (it is never read as UTC)"
+    if len(schedule_job_id(space_id, entry.id, MAX_INSTANT_MS)) > ID_MAX_CHARS:
+        return None, f"the action id is too long: its fires' job id would pass {ID_MAX_CHARS} characters"
     next_fire = cron_next_fire(cron, at, zone)
     if next_fire is None:
-        return None
-    return ScheduleInput(
+        return None, f"{cron!r} never fires within four years"
+    schedule = ScheduleInput(
         space_id=space_id,
         action_id=entry.id,
         cron=cron,
@@ -93,6 +110,7 @@ def schedule_for(
         max_attempts=max_attempts,
         timezone=zone,
     )
+    return schedule, None
 
 
 def schedules_for(
@@ -102,7 +120,7 @@ def schedules_for(
     at: datetime,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[ScheduleInput]:
-    """Every schedule a space's actions declare, as of one instant."""
+    """Every usable schedule a space's actions declare, as of one instant."""
     found = (schedule_for(entry, space_id, environment, at, max_attempts) for entry in entries)
     return [schedule for schedule in found if schedule is not None]
 

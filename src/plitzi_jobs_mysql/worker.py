@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar, Unpack
 from . import validation as check
 from .contract import JobQueue, KvStore
 from .errors import StoreUnavailableError
+from .events import Emitter, EventKind, JobEvent
 from .options import WorkerOptions, WorkerSettings
 from .records import AttemptOutcome, Job
 
@@ -40,6 +41,11 @@ KV_KEY_PREFIX: Final = "plitzi-jobs:run:"
 #: A settle the store refused is tried again after this, doubling up to the ceiling, while the lease holds.
 SETTLE_RETRY_FIRST_S: Final = 0.05
 SETTLE_RETRY_MAX_S: Final = 2.0
+#: With the kv unreachable, a claimed job goes back after this long and the worker claims nothing meanwhile,
+#: doubling with every failure in a row up to the ceiling, so an outage costs a claim every few minutes, not
+#: a claim and a hand-back per job per second.
+KV_BACKOFF_FIRST_MS: Final = 1_000
+KV_BACKOFF_MAX_MS: Final = 300_000
 #: Claims a busy worker keeps in flight at once, each on its own pooled connection. A claim is a read, then one
 #: compare-and-set per job in sequence, then a read-back: one at a time, claiming alone filled a drain's wall
 #: time while the slots waited. While claims come back full, the free slots are split over up to this many.
@@ -143,9 +149,22 @@ class _Held:
     kv_key: str | None = None
     kv_token: str | None = None
     kv_refused: bool = False  # its single-flight key is held elsewhere
+    kv_error: Exception | None = None  # the kv could not be asked for its key
     handler_task: asyncio.Task[str | None] | None = None
+    started_at: float | None = None  # the loop's clock when the handler started
     cancel_requested: bool = False
     settled: bool = False
+
+
+def _lost_attempt(job: Job) -> int | None:
+    """The number of the `lost` attempt the claim that handed out `job` recorded, if it took the job over.
+
+    A takeover appends the lost attempt in the claim itself, so its end is the claim's instant, which is also the
+    job's `updated_at` until anything else touches it."""
+    last = job.history[-1] if job.history else None
+    if last is not None and last.status == "lost" and last.ended_at == job.updated_at:
+        return last.attempt
+    return None
 
 
 class JobWorker:
@@ -168,6 +187,10 @@ class JobWorker:
         self.worker_id = settings.worker_id or _default_worker_id()
         self.kv = kv
         self.on_error = settings.on_error or _log_error
+        self._emit = Emitter(settings.on_event, logger)
+        self._kv_failures = 0  # in a row
+        self._kv_delay_ms = 0
+        self._kv_resume_at = 0.0  # the loop's clock; no claims before it while the kv is unreachable
         self._held: dict[str, _Held] = {}
         self._runs: set[asyncio.Task[Any]] = set()
         self._reserved = 0  # slots promised to claims in flight
@@ -254,7 +277,7 @@ class JobWorker:
 
     async def poll(self) -> int:
         """One pass: claim what fits in the free slots and start it. Answers how many handlers it started."""
-        if self._stopping:
+        if self._stopping or asyncio.get_running_loop().time() < self._kv_resume_at:
             return 0
         free = self._free()
         if free <= 0:
@@ -269,6 +292,8 @@ class JobWorker:
         """Starts claims for the free slots: one at a time while the queue looks empty (an idle worker costs one
         read per poll), several at once, each its own share of the slots, while claims come back full."""
         share = -(-self.workers // MAX_CLAIMS_IN_FLIGHT)
+        if asyncio.get_running_loop().time() < self._kv_resume_at:
+            return  # the kv is unreachable: nothing claimed could run
         while not self._stopping:
             free = self._free()
             if free <= 0:
@@ -310,18 +335,56 @@ class JobWorker:
         for h in held:
             self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
 
+    def _event(self, held: _Held, kind: EventKind, **fields: Any) -> JobEvent:
+        job = held.job
+        return JobEvent(
+            kind=kind,
+            job_id=job.id,
+            space_id=job.space_id,
+            action_id=job.action_id,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            worker_id=self.worker_id,
+            **fields,
+        )
+
+    def _ran_for(self, held: _Held) -> float | None:
+        if held.started_at is None:
+            return None
+        return asyncio.get_running_loop().time() - held.started_at
+
     async def _begin(self, held: _Held) -> bool:
         job = held.job
+        lost = _lost_attempt(job)
+        if lost is not None:
+            previous = job.history[-1]
+            self._emit(
+                JobEvent(
+                    kind=EventKind.LOST,
+                    job_id=job.id,
+                    space_id=job.space_id,
+                    action_id=job.action_id,
+                    attempt=lost,
+                    max_attempts=job.max_attempts,
+                    worker_id=previous.worker_id,
+                    message=previous.error,
+                )
+            )
+        wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
+        self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))
         if self._stopping:
             # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
             await self._hand_back(held, 0)
             await self._release(held)
             return False
         if held.cancel_requested:  # nothing runs, so no single-flight key is needed to settle it
-            await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+            await self._cancelled(held)
             await self._release(held)
             return False
         if self.kv is not None:
+            if held.kv_error is not None:
+                await self._kv_unreachable(held, held.kv_error)
+                return False
             taken = held.kv_key is not None
             if not taken and not held.kv_refused:  # not asked for with its claim's batch
                 key, token = _kv_key(job.id), _kv_token(self.worker_id)
@@ -330,7 +393,9 @@ class JobWorker:
                         "a single-flight swap", self.kv.swap(key, None, token, self.lease_ms / 1000)
                     )
                 except Exception as error:
-                    self.on_error(error)
+                    await self._kv_unreachable(held, error)
+                    return False
+                self._kv_reachable()
                 if taken:
                     held.kv_key, held.kv_token = key, token
             if not taken:
@@ -343,10 +408,12 @@ class JobWorker:
                 await self._release(held)
                 return False
         if held.cancel_requested:
-            await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+            await self._cancelled(held)
             await self._release(held)
             return False
+        held.started_at = asyncio.get_running_loop().time()
         held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
+        self._emit(self._event(held, EventKind.STARTED, job=job))
         self._track(asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor"))
         return True
 
@@ -360,8 +427,10 @@ class JobWorker:
         try:
             answers = await self._bounded("a single-flight take", take_absent(pairs, self.lease_ms / 1000))
         except Exception as error:
-            self.on_error(error)
-            answers = [False] * len(held)
+            for h in held:
+                h.kv_error = error  # each goes back, and claiming pauses (`_kv_unreachable`)
+            return
+        self._kv_reachable()
         for h, (key, token), taken in zip(held, pairs, answers, strict=True):
             if taken:
                 h.kv_key, h.kv_token = key, token
@@ -373,6 +442,35 @@ class JobWorker:
         lease holds: a hand-back lost to a brief outage (a read-only failover, a cut connection) would cost the
         job an attempt and a whole lease of waiting."""
         await self._settle(held, "pending", delay_ms=delay_ms)
+
+    async def _kv_unreachable(self, held: _Held, error: Exception) -> None:
+        """The single-flight key cannot be taken: the job goes back, and claiming pauses, longer each time."""
+        loop = asyncio.get_running_loop()
+        if loop.time() >= self._kv_resume_at:  # the jobs of one claim share one failure
+            self._kv_failures += 1
+            doublings = min(self._kv_failures - 1, 20)
+            self._kv_delay_ms = min(KV_BACKOFF_MAX_MS, KV_BACKOFF_FIRST_MS * (1 << doublings))
+            self._kv_resume_at = loop.time() + self._kv_delay_ms / 1000
+            logger.warning(
+                "the kv store is unreachable (%s), so no job can take its single-flight key: job %r goes back to "
+                "the queue and this worker claims nothing for %d ms (failure %d in a row; the pause doubles up "
+                "to %d ms)",
+                _describe(error),
+                held.job.id,
+                self._kv_delay_ms,
+                self._kv_failures,
+                KV_BACKOFF_MAX_MS,
+                exc_info=error if self._kv_failures == 1 else None,
+            )
+            if self.on_error is not _log_error:
+                self.on_error(error)
+        await self._hand_back(held, self._kv_delay_ms)
+
+    def _kv_reachable(self) -> None:
+        if self._kv_failures:
+            logger.warning("the kv store answers again after %d failures in a row; claiming resumes", self._kv_failures)
+        self._kv_failures = 0
+        self._kv_resume_at = 0.0
 
     # -- running ---------------------------------------------------------------------------------------------
 
@@ -393,37 +491,56 @@ class JobWorker:
             self._nudge()  # a slot is free: look for work now rather than at the next tick
 
     async def _conclude(self, held: _Held, task: asyncio.Task[str | None]) -> None:
+        # Each outcome is emitted (logged, and passed to the hook) before it is written, so the log says what
+        # happened even when the store is down and the settle has to wait.
+        ran = self._ran_for(held)
         if task.cancelled():
             if held.cancel_requested:
-                await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+                await self._cancelled(held, ran)
             else:
-                await self._failed(held, "the handler was cancelled")
+                await self._failed(held, "the handler was cancelled", None, ran)
             return
         error = task.exception()
         if error is None:
             result = task.result()
             run_id = _clip(str(result), check.ID_MAX_CHARS) if result is not None and str(result) else None
+            self._emit(self._event(held, EventKind.SUCCEEDED, duration_s=ran, run_id=run_id))
             await self._settle(held, "succeeded", attempt="succeeded", run_id=run_id)
         elif held.cancel_requested:
             # The operator asked it to stop and it did, by raising: that is the cancel, not a failure to
             # retry.
-            await self._settle(held, "cancelled", attempt="cancelled", error="cancelled by an operator")
+            await self._cancelled(held, ran)
         elif isinstance(error, PermanentFailure):
             # Its message as given; the store refuses an empty error, so a bare raise records its name.
-            await self._settle(held, "dead", attempt="failed", error=_clip(str(error) or type(error).__name__))
+            message = _clip(str(error) or type(error).__name__)
+            self._emit(self._event(held, EventKind.FAILED, error=error, message=message, duration_s=ran))
+            self._emit(self._event(held, EventKind.DEAD, message=message, duration_s=ran))
+            await self._settle(held, "dead", attempt="failed", error=message)
         elif isinstance(error, RetryLater):
             delay = int(error.delay_ms) if error.delay_ms is not None else self.backoff_ms(1)
-            await self._settle(held, "pending", delay_ms=max(0, min(delay, check.MAX_DURATION_MS)))
+            delay = max(0, min(delay, check.MAX_DURATION_MS))
+            self._emit(
+                self._event(held, EventKind.RETRIED, delay_ms=delay, duration_s=ran, message=error.reason or None)
+            )
+            await self._settle(held, "pending", delay_ms=delay)
         else:
-            await self._failed(held, _describe(error))
+            await self._failed(held, _describe(error), error, ran)
 
-    async def _failed(self, held: _Held, error: str) -> None:
+    async def _failed(self, held: _Held, message: str, error: BaseException | None, ran: float | None) -> None:
         job = held.job
+        self._emit(self._event(held, EventKind.FAILED, error=error, message=message, duration_s=ran))
         if job.attempts >= job.max_attempts:
-            await self._settle(held, "dead", attempt="failed", error=error)
+            self._emit(self._event(held, EventKind.DEAD, message=message, duration_s=ran))
+            await self._settle(held, "dead", attempt="failed", error=message)
         else:
             delay = self.backoff_ms(job.attempts)
-            await self._settle(held, "pending", attempt="failed", error=error, delay_ms=delay)
+            self._emit(self._event(held, EventKind.RETRIED, delay_ms=delay, duration_s=ran, message=message))
+            await self._settle(held, "pending", attempt="failed", error=message, delay_ms=delay)
+
+    async def _cancelled(self, held: _Held, ran: float | None = None) -> None:
+        message = "cancelled by an operator"
+        self._emit(self._event(held, EventKind.CANCELLED, message=message, duration_s=ran))
+        await self._settle(held, "cancelled", attempt="cancelled", error=message)
 
     async def _settle(
         self,
@@ -609,5 +726,8 @@ def create_job_worker(
     *, queue: JobQueue, handler: JobHandler, kv: KvStore | None = None, **options: Unpack[WorkerOptions]
 ) -> JobWorker:
     """A consumer of the queue; every replica may run one. `workers=0` makes it claim nothing. Options and
-    defaults: `WorkerSettings`."""
+    defaults: `WorkerSettings`.
+
+    `on_event` is called with a `JobEvent` for each happening (see `plitzi_jobs_mysql.events`); it runs on the
+    event loop, so it must be quick, and an exception it raises is logged and ignored."""
     return JobWorker(queue=queue, handler=handler, kv=kv, **options)
