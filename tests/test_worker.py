@@ -790,3 +790,74 @@ async def test_an_event_hook_that_raises_is_logged_and_never_breaks_the_worker(
         await worker.stop()
     assert job.run_id == "done"
     assert any(r.exc_info and "the hook is broken" in str(r.exc_info[1]) for r in caplog.records)
+
+
+# -- the kv being down ---------------------------------------------------------------------------------------------
+
+
+class SwitchableKv:
+    """A kv that can be switched off: every single-flight swap raises until it is back."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.inner = create_memory_kv(clock=clock)
+        self.up = False
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if not self.up:
+                raise ConnectionError("kv unreachable")
+            return await target(*args, **kwargs)
+
+        return call
+
+
+async def test_an_unreachable_kv_pauses_claims_with_a_growing_logged_back_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(worker_module, "KV_BACKOFF_FIRST_MS", 40, raising=False)
+    clock, base = fixed_queue()
+    queue = Proxy(base)
+    kv = SwitchableKv(clock)
+    await enqueue(base, "a")
+    ran: list[str] = []
+
+    async def handler(job: Job) -> str:
+        ran.append(job.id)
+        return "ok"
+
+    def claims() -> int:
+        return sum(1 for name, _ in queue.calls if name == "claim")
+
+    worker = create_job_worker(queue=queue, handler=handler, kv=kv, worker_id="w1")
+    with caplog.at_level(logging.INFO, logger="plitzi_jobs_mysql.worker"):
+        for expected_ms in (40, 80, 160):
+            before = claims()
+            while claims() == before:  # paused until the back-off has passed
+                assert await worker.poll() == 0
+                await asyncio.sleep(0.005)
+            job = await base.get_job([1], "a")
+            assert job is not None and (job.status, job.attempts, job.history) == ("pending", 0, ())
+            assert job.run_at == clock.now + expected_ms  # handed back, attempt refunded, later each time
+            assert await worker.poll() == 0 and claims() == before + 1  # and no claim during the pause
+            clock.now = job.run_at
+        warned = [r.getMessage() for r in records(caplog, logging.WARNING)]
+        assert len(warned) == 3 and all("kv store is unreachable" in m for m in warned)
+        assert [f"for {ms} ms" in m for ms, m in zip((40, 80, 160), warned, strict=True)] == [True] * 3
+        kv.up = True
+        await wait_for_poll(worker)
+        await wait_for_job(base, "a", "succeeded")
+        await worker.stop()
+    assert ran == ["a"]
+    assert "answers again after 3 failures" in records(caplog, logging.WARNING)[-1].getMessage()
+
+
+async def wait_for_poll(worker: Any, within: float = 10.0) -> None:
+    """Polls until a poll starts a handler."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while await worker.poll() == 0:
+        if loop.time() > deadline:
+            raise AssertionError("nothing started in time")
+        await asyncio.sleep(0.005)
