@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from plitzi_jobs_mysql import JobInput, create_memory_job_queue, create_memory_kv
 
 
@@ -39,3 +43,15 @@ async def test_the_injected_clock_is_the_only_clock() -> None:
     assert await kv.get("k") is None
     (taken,) = await queue.claim(worker_id="w", lease_ms=1_000, limit=1)
     assert (taken.id, taken.lease_until) == ("later", 7_000)
+
+
+async def test_a_job_that_dies_with_its_last_worker_is_logged_at_error(caplog: pytest.LogCaptureFixture) -> None:
+    now = [1_000]
+    queue = create_memory_job_queue(clock=lambda: now[0])
+    await queue.enqueue(job("doomed"))  # one attempt
+    assert len(await queue.claim(worker_id="crashed", lease_ms=100, limit=1)) == 1
+    now[0] += 200
+    with caplog.at_level(logging.ERROR, logger="plitzi_jobs_mysql"):
+        assert await queue.claim(worker_id="w2", lease_ms=100, limit=1) == []
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "'doomed'" in record.getMessage() and "dead" in record.getMessage() and "1/1" in record.getMessage()

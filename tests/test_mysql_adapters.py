@@ -27,7 +27,7 @@ from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import open_pool, sql, sql_session
+from .conftest import empty_tables, open_pool, sql, sql_session
 
 
 def job(id: str, **fields: Any) -> JobInput:
@@ -427,3 +427,26 @@ async def test_a_standalone_server_gets_plain_statements(database_url: str, pool
     queue = create_mysql_job_queue(await pool_on(pools, database_url))
     assert await queue.get_job([1], "nothing") is None
     assert queue._store.statement_prefix == ""  # the Galera causal wait is for wsrep nodes only
+
+
+# -- a job that dies with its last worker ----------------------------------------------------------------------
+
+
+async def test_a_job_that_dies_with_its_last_worker_is_logged_at_error(
+    pool: Any, session_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    empty_tables(session_db)
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue(job("doomed", max_attempts=1))
+    assert len(await queue.claim(worker_id="crashed", lease_ms=50, limit=1)) == 1
+    with caplog.at_level(logging.ERROR, logger="plitzi_jobs_mysql"):
+        deadline = time.monotonic() + 10
+        while True:  # the claim that finds the lease lapsed makes it dead instead of handing it out
+            assert await queue.claim(worker_id="w2", lease_ms=50, limit=1) == []
+            found = await queue.get_job([1], "doomed")
+            if found is not None and found.status == "dead":
+                break
+            assert time.monotonic() < deadline, "the lease never lapsed"
+            await asyncio.sleep(0.01)
+    [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "'doomed'" in record.getMessage() and "dead" in record.getMessage() and "1/1" in record.getMessage()

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from .records import Job
+from .records import LOST_ERROR, Job
 
 
 class EventKind(StrEnum):
@@ -126,6 +126,20 @@ def describe(event: JobEvent) -> str:
     return (
         f"schedule of space {event.space_id}, action {event.action_id!r} missed {event.count} fire(s) before "
         f"{event.fire_at}: nothing swept it while they were due; one job ({event.job_id!r}) runs for them"
+    )
+
+
+def dead_by_loss(job_id: str, space_id: int, action_id: str, attempts: int, max_attempts: int) -> JobEvent:
+    """A job that lost its worker on its last attempt: the claim that finds it makes it `dead`, and no worker
+    ever holds it again, so the store reports it (to its log; no hook sees it)."""
+    return JobEvent(
+        kind=EventKind.DEAD,
+        job_id=job_id,
+        space_id=space_id,
+        action_id=action_id,
+        attempt=attempts,
+        max_attempts=max_attempts,
+        message=LOST_ERROR + ", on its last attempt",
     )
 
 

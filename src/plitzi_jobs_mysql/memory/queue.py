@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .. import validation as check
 from ..clock import from_epoch_ms
 from ..contract import JobQueue
+from ..events import Emitter, dead_by_loss
 from ..records import (
     LOST_ERROR,
     TERMINAL_STATUSES,
@@ -28,6 +30,10 @@ from ..records import (
 )
 from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
 from .wall_clock import wall_clock_ms
+
+log = logging.getLogger(__name__)
+#: The store's own events: a job that dies inside a claim is seen by no worker, so the store logs it.
+_emit = Emitter(None, log)
 
 
 @dataclass
@@ -192,6 +198,7 @@ class MemoryJobQueue:
                 job = replace(job, history=(*job.history, lost))
                 if job.attempts >= job.max_attempts:
                     # A job that kills its worker every time must not loop forever.
+                    _emit(dead_by_loss(job.id, job.space_id, job.action_id, job.attempts, job.max_attempts))
                     self._update(
                         row,
                         job,

@@ -16,6 +16,7 @@ import pymysql
 from .. import validation as check
 from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
 from ..errors import StoreUnavailableError
+from ..events import Emitter, dead_by_loss
 from ..records import (
     LOST_ERROR,
     AttemptOutcome,
@@ -33,6 +34,8 @@ from .schema import table_names
 from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
 
 log = logging.getLogger(__name__)
+#: A job that dies inside a claim is seen by no worker, so the claim logs it.
+_emit = Emitter(None, log)
 
 # A batch is split so no statement nears the server's max_allowed_packet (learned on first use).
 BATCH_ROWS = 1000
@@ -288,6 +291,12 @@ class MysqlJobQueue:
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
+        if len(rows) < len(won):
+            returned = {int(c["seq"]) for c in map(job_columns, rows)}
+            missing = [seq for seq in won if seq not in returned]
+            dead = await self._store.run(lambda conn: conn.fetch(self._sql.dead_by_loss, (missing,)))
+            for id_, space_id, action_id, attempts, max_attempts in dead:
+                _emit(dead_by_loss(as_text(id_), int(space_id), as_text(action_id), int(attempts), int(max_attempts)))
         claimed = sorted(map(job_columns, rows), key=lambda c: (c["run_at"], c["seq"]))
         return [job_from_columns(c) for c in claimed]
 

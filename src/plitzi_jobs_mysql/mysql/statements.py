@@ -76,6 +76,7 @@ class Statements:
     claim_lapsed: str
     claimed_jobs: str
     unlocked_jobs: str
+    dead_by_loss: str
     renew_leases: str
     cancel_requested_ids: str
     settle: str
@@ -186,6 +187,10 @@ def statements_for(prefix: str) -> Statements:
         # other transaction holds right now. Never the claim itself, which stays a compare-and-set.
         unlocked_jobs=f"SELECT seq FROM {jobs} WHERE seq IN %s FOR UPDATE SKIP LOCKED",
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
+        # Read only when a claim won a row it did not get back: no worker holds such a job, so the claim reports it.
+        dead_by_loss=(
+            f"SELECT id, space_id, action_id, attempts, max_attempts FROM {jobs} WHERE seq IN %s AND status = 'dead'"
+        ),
         renew_leases=(
             f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
         ),
