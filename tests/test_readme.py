@@ -52,3 +52,25 @@ def test_the_service_example_defines_what_it_says() -> None:
         id="j", space_id=1, action_id="nightly-digest", environment="main", trigger="schedule", input={},
         due_at=0, max_attempts=3, status="running", run_at=0, attempts=1, created_at=0, updated_at=0,
     ))) == "digest-run-1"
+
+
+def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
+    from plitzi_jobs_mysql import EventKind, JobEvent, create_memory_job_queue, create_memory_kv
+
+    service: dict[str, Any] = {}
+    exec(compile(python_blocks()[1], "README.md", "exec"), service)
+    paged: list[str] = []
+    namespace: dict[str, Any] = {
+        "Lookups": service["Lookups"], "handle": service["handle"], "page_someone": paged.append,
+        "queue": create_memory_job_queue(), "kv": create_memory_kv(),
+    }
+
+    async def run() -> None:
+        exec(compile(python_blocks()[2], "README.md", "exec"), namespace)
+        namespace["depth_sampler"].cancel()
+
+    asyncio.run(run())
+    jobs = namespace["jobs"]
+    assert jobs.worker._emit.hook is namespace["on_event"] is jobs.scheduler._emit.hook
+    namespace["on_event"](JobEvent(kind=EventKind.DEAD, job_id="j", space_id=1, action_id="a", message="boom"))
+    assert paged == ["a gave up on j: boom"]
