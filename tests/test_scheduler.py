@@ -540,3 +540,25 @@ async def test_missed_fires_are_logged_at_warning_with_their_count_and_fires_rea
         (EventKind.FIRED, job_id, T, None),
         (EventKind.MISSED, job_id, T, 90),
     ]
+
+
+async def test_a_stuck_sweep_does_not_skip_reconciles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scheduler_module.random, "random", lambda: 0.0)
+    _clock, base = await setup(schedule())
+    stuck = asyncio.Event()
+    sweeping = asyncio.Event()
+
+    async def hang(limit: int) -> None:
+        sweeping.set()
+        await stuck.wait()
+
+    lookups = SpacedLookups({4: []})
+    scheduler = create_scheduler(queue=Proxy(base, due_schedules=hang), lookups=lookups, poll_ms=5, reconcile_ms=20)
+    scheduler.start()
+    try:
+        await wait_for(sweeping.is_set)
+        calls = len(lookups.calls)
+        await wait_for(lambda: len(lookups.calls) >= calls + 2)  # reconciles go on while the sweep hangs
+    finally:
+        stuck.set()
+        scheduler.stop()
