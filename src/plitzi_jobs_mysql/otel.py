@@ -28,9 +28,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from opentelemetry import metrics, trace
-from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+try:
+    from opentelemetry import metrics, trace
+    from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+    from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+except ImportError as missing:  # said plainly: the extra is what a user forgot
+    raise ImportError(
+        "plitzi_jobs_mysql.otel needs OpenTelemetry: pip install 'plitzi_jobs_mysql[otel]'"
+    ) from missing
 
 from .contract import JobQueue
 from .events import EventKind, JobEvent
