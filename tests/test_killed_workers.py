@@ -198,7 +198,9 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
         assert [r.outcome for r in ordered].count("succeeded") == (0 if job_id == "crash-always" else 1)
     # No deadlock or lock wait ever reached a caller.
     logs = fleet.log_text()
-    for marker in ("1213", "1205", "Deadlock", "Lock wait"):
+    # The codes as the driver words them ("(1213, 'Deadlock ...')"): the worker's log lines name job and run ids,
+    # in which bare digits like 1213 may turn up.
+    for marker in ("(1213,", "(1205,", "Deadlock", "Lock wait"):
         assert marker not in logs, marker
     # The survivors closed cleanly on SIGTERM.
     assert {code for w, code in codes.items() if w not in sigkilled} == {0}, codes
