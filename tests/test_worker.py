@@ -861,3 +861,13 @@ async def wait_for_poll(worker: Any, within: float = 10.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("nothing started in time")
         await asyncio.sleep(0.005)
+
+
+def test_an_async_or_uncallable_event_hook_is_refused() -> None:
+    async def hook(event: JobEvent) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="not async"):
+        create_job_worker(queue=create_memory_job_queue(), handler=Gate(), on_event=hook)
+    with pytest.raises(TypeError, match="callable"):
+        create_job_worker(queue=create_memory_job_queue(), handler=Gate(), on_event="print")  # type: ignore[typeddict-item]

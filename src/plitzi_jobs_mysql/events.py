@@ -29,6 +29,7 @@ Every run that started ends in exactly one of `succeeded`, `retried`, `dead` or 
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -150,6 +151,8 @@ class Emitter:
     def __init__(self, hook: EventHook | None, log: logging.Logger) -> None:
         if hook is not None and not callable(hook):
             raise TypeError("on_event must be a callable taking a JobEvent")
+        if inspect.iscoroutinefunction(hook):  # it would be called and never awaited
+            raise TypeError("on_event must be a plain (not async) function: it is called on the event loop")
         self.hook = hook
         self.log = log
 
