@@ -23,6 +23,7 @@ from plitzi_jobs_mysql import (
     mysql_job_schema_upgrades,
 )
 from plitzi_jobs_mysql.mysql import queue as queue_module
+from plitzi_jobs_mysql.mysql import queue_core, schedule_calls
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -346,7 +347,7 @@ async def test_every_finished_job_is_removed_after_the_retention_period_by_any_r
 async def test_the_purge_is_bounded_per_pass(
     database_url: str, pools: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(queue_module, "PURGE_BATCH", 2)
+    monkeypatch.setattr(queue_core, "PURGE_BATCH", 2)
     queue = create_mysql_job_queue(await pool_on(pools, database_url), retention_days=1)
     finished = await finish_every_way(queue)
     later = create_mysql_job_queue(await pool_on(pools, database_url, init_command=TWO_DAYS_LATER), retention_days=1)
@@ -367,7 +368,7 @@ async def test_purges_never_deadlock_with_claimers_and_settlers(
     # here, and a purge that met a conflict says so in its log. (A claimer skipping a row another claimer is
     # writing at that instant is a 1205 by design, and not counted.)
     deadlocks: list[int | None] = []
-    for module in (queue_module, session_module):
+    for module in (queue_module, queue_core, schedule_calls, session_module):
         original = module.is_conflict
 
         def counted(error: BaseException, original: Any = original) -> bool:
@@ -378,8 +379,8 @@ async def test_purges_never_deadlock_with_claimers_and_settlers(
 
         monkeypatch.setattr(module, "is_conflict", counted)
     caplog.set_level(logging.DEBUG, logger="plitzi_jobs_mysql.mysql.queue")
-    monkeypatch.setattr(queue_module, "PURGE_BATCH", 50)
-    monkeypatch.setattr(queue_module, "PURGE_EVERY_MS", 0)
+    monkeypatch.setattr(queue_core, "PURGE_BATCH", 50)
+    monkeypatch.setattr(queue_core, "PURGE_EVERY_MS", 0)
     queues = [
         create_mysql_job_queue(await pool_on(pools, database_url, init_command=TWO_DAYS_LATER), retention_days=1)
         for _ in range(4)

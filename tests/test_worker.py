@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import plitzi_jobs_mysql.single_flight as single_flight
 import plitzi_jobs_mysql.worker as worker_module
 from plitzi_jobs_mysql.contract import JobQueue
 from plitzi_jobs_mysql.events import EventKind, JobEvent
@@ -494,7 +495,7 @@ async def test_a_job_whose_key_is_held_elsewhere_is_handed_back_refunded() -> No
     clock, queue = fixed_queue()
     kv = create_memory_kv(clock=clock)
     await enqueue(queue, "a")
-    await kv.set(worker_module._kv_key("a"), "another-worker", 30)
+    await kv.set(single_flight.kv_key("a"), "another-worker", 30)
     gate = Gate()
     worker = create_job_worker(queue=queue, handler=gate, kv=kv, worker_id="w1")
     assert await worker.poll() == 0
@@ -503,17 +504,17 @@ async def test_a_job_whose_key_is_held_elsewhere_is_handed_back_refunded() -> No
     assert (job.status, job.attempts, tuple(job.history)) == ("pending", 0, ())
     assert job.run_at == clock.now + HANDBACK_DELAY_MS
     assert gate.started == []
-    assert await kv.get(worker_module._kv_key("a")) == "another-worker"  # theirs, untouched
+    assert await kv.get(single_flight.kv_key("a")) == "another-worker"  # theirs, untouched
 
-    await kv.delete(worker_module._kv_key("a"))
+    await kv.delete(single_flight.kv_key("a"))
     clock.now = job.run_at
     assert await worker.poll() == 1
     await wait_for(lambda: gate.running == 1)
-    assert (await kv.get(worker_module._kv_key("a"))) is not None
+    assert (await kv.get(single_flight.kv_key("a"))) is not None
     gate.release.set()
     await wait_for_job(queue, "a", "succeeded")
     await worker.stop()
-    assert await kv.get(worker_module._kv_key("a")) is None  # released after settling
+    assert await kv.get(single_flight.kv_key("a")) is None  # released after settling
 
 
 async def test_the_key_is_taken_for_a_lease_renewed_on_each_beat_and_released_only_if_ours() -> None:
@@ -524,7 +525,7 @@ async def test_the_key_is_taken_for_a_lease_renewed_on_each_beat_and_released_on
     gate = Gate()
     worker = create_job_worker(queue=base, handler=gate, kv=kv, lease_ms=30_000, worker_id="w1")
     assert await worker.poll() == 2
-    key_a, key_b = worker_module._kv_key("a"), worker_module._kv_key("b")
+    key_a, key_b = single_flight.kv_key("a"), single_flight.kv_key("b")
     token = await kv.get(key_a)
     assert token is not None and token.startswith("w1:")
     assert await kv.swap(key_a, None, "intruder") is False  # single flight: nobody else gets it
@@ -542,9 +543,9 @@ async def test_the_key_is_taken_for_a_lease_renewed_on_each_beat_and_released_on
 
 
 def test_long_ids_still_make_a_key_the_kv_takes() -> None:
-    key = worker_module._kv_key("😀" * 191)
+    key = single_flight.kv_key("😀" * 191)
     assert len(key.encode()) <= 764
-    assert worker_module._kv_key("a") != worker_module._kv_key("b")
+    assert single_flight.kv_key("a") != single_flight.kv_key("b")
 
 
 # -- stop ----------------------------------------------------------------------------------------------------------

@@ -19,54 +19,34 @@ in a state the operation does not apply to; 2 anything else wrong (one line on s
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.metadata
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Sequence
+from typing import NoReturn
 
 import pymysql
-from pymysql.constants import CR, ER
 
-from .cli_output import job_dict, print_json, schedule_dict, show_job, table, when
-from .errors import PlitziJobsError, SchemaMismatchError
+from .cli_connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
+from .cli_jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
+from .cli_output import print_json, scope, table, when
+from .errors import SchemaMismatchError
 from .migrations import sql_script
 from .mysql.migrate import PlannedTable, plan_migration, run_migration
-from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
 from .mysql.schema import (
     ABSENT,
     ORIGINAL,
     UNRECORDED,
-    check_prefix,
     mysql_job_schema_statements,
     mysql_job_schema_upgrades,
     table_names,
 )
-from .records import TERMINAL_STATUSES, Job, JobStatus
-from .url import MysqlUrl, parse_mysql_url
+from .records import JobStatus
 
 __all__ = ["main"]
 
-PROG = "plitzi-jobs-mysql"
-ENV_URL = "PLITZI_MYSQL_URL"
-CONNECT_TIMEOUT_S = 10
 STATUS_ORDER = tuple(status.value for status in JobStatus)
-# Server errors that mean "cannot get there" rather than "the SQL was wrong".
-UNREACHABLE = frozenset(
-    {CR.CR_CONNECTION_ERROR, CR.CR_CONN_HOST_ERROR, CR.CR_UNKNOWN_HOST, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST}
-)
-
-T = TypeVar("T")
-
-
-class CliError(Exception):
-    """A problem reported as one line on stderr, with an exit code (2 unless said otherwise)."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,113 +55,11 @@ class _Parser(argparse.ArgumentParser):
         raise CliError(f"{self.prog}: {message} (see --help)")
 
 
-# -- connection settings --------------------------------------------------------------------------------------
-
-
-def _url(args: argparse.Namespace) -> MysqlUrl:
-    raw = (args.url or os.environ.get(ENV_URL, "")).strip()
-    if not raw:
-        raise CliError(f"no database URL: pass --url mysql://user:password@host:3306/database or set {ENV_URL}")
-    try:
-        url = parse_mysql_url(raw)
-    except ValueError as error:
-        raise CliError(str(error)) from None
-    if url.database is None:
-        raise CliError(f"the URL {url.render()} names no database (expected mysql://…/database)")
-    try:
-        url.ssl_context()  # a TLS file that cannot be read: say so before connecting
-    except ValueError as error:
-        raise CliError(str(error)) from None
-    return url
-
-
-def _prefix(args: argparse.Namespace) -> str:
-    try:
-        return check_prefix(args.prefix)
-    except ValueError as error:
-        raise CliError(str(error)) from None
-
-
-def _where(url: MysqlUrl) -> str:
-    return f"{url.host}:{url.port}" if url.unix_socket is None else url.unix_socket
-
-
-def _explain(error: pymysql.err.MySQLError, url: MysqlUrl, prefix: str) -> CliError:
-    """One line for what the server (or the network) said."""
-    code = error.args[0] if error.args and isinstance(error.args[0], int) else None
-    message = str(error.args[1]) if len(error.args) > 1 else str(error)
-    where = _where(url)
-    if code in UNREACHABLE:
-        cause = error.__cause__  # aiomysql keeps the reason (refused, a certificate that failed) only here
-        if cause is not None and str(cause) not in message:
-            message += f" ({cause})"
-        return CliError(f"cannot reach the MySQL server at {where}: {message}")
-    if code == ER.ACCESS_DENIED_ERROR:
-        return CliError(f"the server at {where} refused the login: {message}")
-    if code == ER.BAD_DB_ERROR:
-        return CliError(f"database `{url.database}` does not exist on the server at {where}")
-    if code == ER.NO_SUCH_TABLE:
-        return CliError(
-            f"{message}: create the tables first (`{PROG} migrate`, the sql/ files or Alembic)"
-            f" or check --prefix (now {prefix!r})"
-        )
-    return CliError(f"MySQL error {code}: {message}" if code is not None else f"MySQL error: {message}")
-
-
-def _connect(url: MysqlUrl, prefix: str) -> Any:
-    kwargs = url.pymysql_kwargs()
-    kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
-    try:
-        conn = pymysql.connect(**kwargs, autocommit=True)
-    except pymysql.err.MySQLError as error:
-        raise _explain(error, url, prefix) from None
-    except OSError as error:  # e.g. the server's certificate failed verification
-        raise CliError(f"cannot connect to the MySQL server at {_where(url)}: {error}") from None
-    try:
-        url.check_tls(conn)
-    except ConnectionError as error:
-        conn.close()
-        raise CliError(str(error)) from None
-    return conn
-
-
-def _run_queue(args: argparse.Namespace, operation: Callable[[MysqlJobQueue], Awaitable[T]]) -> T:
-    """Runs `operation` on the package's own queue over a small aiomysql pool; never sends DDL."""
-    import aiomysql  # only the operator commands need it
-
-    url = _url(args)
-    prefix = _prefix(args)
-
-    async def run() -> T:
-        kwargs = url.aiomysql_kwargs()
-        kwargs.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
-        pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=2, autocommit=True)
-        try:
-            async with pool.acquire() as conn:
-                url.check_tls(conn)  # ssl-mode=REQUIRED or stricter: never a silent plain-text fallback
-            queue = create_mysql_job_queue(pool, table_prefix=prefix, create_tables=False)
-            return await operation(queue)
-        finally:
-            pool.close()
-            await pool.wait_closed()
-
-    try:
-        return asyncio.run(run())
-    except pymysql.err.MySQLError as error:
-        raise _explain(error, url, prefix) from None
-    except (ValueError, SchemaMismatchError) as error:  # the queue's validation; tables it will not use
-        raise CliError(str(error)) from None
-    except PlitziJobsError as error:  # e.g. the server's init_connect switched the connection's charset
-        raise CliError(str(error)) from None
-    except OSError as error:  # includes TimeoutError, a TLS failure and a refused ssl-mode
-        raise CliError(f"cannot reach the MySQL server at {_where(url)}: {error}") from None
-
-
-# -- commands ----------------------------------------------------------------------------------------------------
+# -- the schema and the counts (the jobs and schedules commands: cli_jobs.py) -----------------------------------
 
 
 def cmd_ddl(args: argparse.Namespace) -> int:
-    prefix = _prefix(args)
+    prefix = table_prefix(args)
     statements = mysql_job_schema_upgrades(prefix) if args.upgrades else mysql_job_schema_statements(prefix)
     if not statements:
         print("no upgrade statements in this release", file=sys.stderr)
@@ -190,9 +68,9 @@ def cmd_ddl(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    url = _url(args)
-    prefix = _prefix(args)
-    conn = _connect(url, prefix)
+    url = database_url(args)
+    prefix = table_prefix(args)
+    conn = connect(url, prefix)
     try:
         if args.dry_run:
             plan = plan_migration(conn, prefix)
@@ -209,7 +87,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     except SchemaMismatchError as error:
         raise CliError(str(error)) from None
     except pymysql.err.MySQLError as error:
-        raise _explain(error, url, prefix) from None
+        raise explain(error, url, prefix) from None
     finally:
         conn.close()
     for planned in plan.tables:
@@ -234,141 +112,9 @@ def _migrated(planned: PlannedTable) -> str:
     return "already there"
 
 
-def _next_page(args: argparse.Namespace, shown: int, total: int | None) -> str:
-    """The hint under a full page: how to ask for the next one."""
-    more = args.offset + shown < total if total is not None else shown == args.limit and shown > 0
-    return f"; next page: --offset {args.offset + shown}" if more else ""
-
-
-def _scope(spaces: Sequence[int] | None) -> str:
-    return "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
-
-
-def cmd_jobs_list(args: argparse.Namespace) -> int:
-    page = _run_queue(
-        args,
-        lambda q: q.list_jobs(
-            space_ids=args.space, action_id=args.action, status=args.status, limit=args.limit, offset=args.offset
-        ),
-    )
-    if args.json:
-        print_json({"jobs": [job_dict(j) for j in page.jobs], "total": page.total})
-        return 0
-    rows = [
-        (j.id, j.space_id, j.action_id, j.status + ("*" if j.cancel_requested else ""),
-         f"{j.attempts}/{j.max_attempts}", when(j.run_at), when(j.updated_at), j.error)
-        for j in page.jobs
-    ]  # fmt: skip
-    print(table(("ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN AT", "UPDATED AT", "ERROR"), rows))
-    if page.jobs:
-        shown = f"{args.offset + 1}-{args.offset + len(page.jobs)}"
-        print(
-            f"\n{shown} of {page.total} job(s) in {_scope(args.space)}"
-            + (" (* cancel requested)" if "*" in str(rows) else "")
-            + _next_page(args, len(page.jobs), page.total)
-        )
-    else:
-        print(f"\nno jobs here ({page.total} match in {_scope(args.space)})")
-    return 0
-
-
-def _job_or_fail(job: Job | None, args: argparse.Namespace) -> Job:
-    if job is None:
-        spaces = ", ".join(str(s) for s in args.space)
-        raise CliError(f"no job {args.id!r} in space(s) {spaces}")
-    return job
-
-
-def cmd_jobs_show(args: argparse.Namespace) -> int:
-    job = _job_or_fail(_run_queue(args, lambda q: q.get_job(args.space, args.id)), args)
-    if args.json:
-        print_json(job_dict(job))
-    else:
-        print(show_job(job))
-    return 0
-
-
-def _change(
-    args: argparse.Namespace, action: Callable[[MysqlJobQueue], Awaitable[bool]]
-) -> tuple[Job, bool, Job | None]:
-    async def run(queue: MysqlJobQueue) -> tuple[Job | None, bool, Job | None]:
-        before = await queue.get_job(args.space, args.id)
-        if before is None:
-            return None, False, None
-        done = await action(queue)
-        return before, done, await queue.get_job(args.space, args.id)
-
-    before, done, after = _run_queue(args, run)
-    return _job_or_fail(before, args), done, after
-
-
-def _report(args: argparse.Namespace, before: Job, done: bool, after: Job | None, message: str) -> int:
-    if args.json:
-        print_json(
-            {
-                "id": before.id,
-                "done": done,
-                "status_before": before.status,
-                "status": after.status if after else None,
-                "cancel_requested": after.cancel_requested if after else None,
-            }
-        )
-    print(message, file=sys.stdout if done and not args.json else sys.stderr)
-    return 0 if done else 1
-
-
-def cmd_jobs_retry(args: argparse.Namespace) -> int:
-    async def requeue(queue: MysqlJobQueue) -> bool:
-        job = await queue.get_job(args.space, args.id)
-        if job is not None and job.status == JobStatus.SUCCEEDED and not args.force:
-            return False  # it did its work: running it again must be asked for
-        return await queue.requeue(args.space, args.id)
-
-    before, done, after = _change(args, requeue)
-    if not done and before.status == JobStatus.SUCCEEDED and not args.force:
-        message = f"{PROG}: job {before.id!r} succeeded; retrying runs it again: add --force if that is what you want"
-    elif done:
-        message = f"job {before.id!r} was {before.status}; requeued: pending now, attempts reset"
-    else:
-        finished = ", ".join(sorted(TERMINAL_STATUSES))
-        message = f"{PROG}: job {before.id!r} is {before.status}; only a finished job ({finished}) can be retried"
-    return _report(args, before, done, after, message)
-
-
-def cmd_jobs_cancel(args: argparse.Namespace) -> int:
-    before, done, after = _change(args, lambda q: q.cancel(args.space, args.id))
-    if not done:
-        message = f"{PROG}: job {before.id!r} is {before.status}; only a pending or running job can be cancelled"
-    elif after is not None and after.status == "running":
-        message = f"job {before.id!r} is running; its worker was asked to cancel it (on its next heartbeat)"
-    else:
-        message = f"job {before.id!r} cancelled"
-    return _report(args, before, done, after, message)
-
-
-def cmd_schedules_list(args: argparse.Namespace) -> int:
-    schedules = _run_queue(args, lambda q: q.list_schedules(args.space, limit=args.limit, offset=args.offset))
-    if args.json:
-        print_json([schedule_dict(s) for s in schedules])
-        return 0
-    rows = [
-        (s.space_id, s.action_id, s.cron, s.timezone or "UTC", s.environment, "yes" if s.enabled else "no",
-         when(s.next_run_at), when(s.last_fire_at), s.missed, s.max_attempts)
-        for s in schedules
-    ]  # fmt: skip
-    headers = ("SPACE", "ACTION", "CRON", "TIMEZONE", "ENV", "ENABLED", "NEXT RUN", "LAST FIRE", "MISSED", "MAX")
-    print(table(headers, rows))
-    if schedules:
-        shown = f"{args.offset + 1}-{args.offset + len(schedules)}"
-        print(f"\nschedules {shown} in {_scope(args.space)}" + _next_page(args, len(schedules), None))
-    else:
-        print(f"\nno schedules here ({_scope(args.space)}, from --offset {args.offset})")
-    return 0
-
-
 def cmd_stats(args: argparse.Namespace) -> int:
     spaces: list[int] | None = args.space
-    stats = _run_queue(args, lambda q: q.stats(space_ids=spaces))
+    stats = run_queue(args, lambda q: q.stats(space_ids=spaces))
 
     def age_of(oldest: int | None) -> float | None:
         return None if oldest is None else (stats.now - oldest) / 1000
@@ -401,7 +147,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"jobs in `{table_names(_prefix(args)).jobs}`, {_scope(spaces)}, at {when(stats.now)} (server clock)\n")
+    print(f"jobs in `{table_names(table_prefix(args)).jobs}`, {scope(spaces)}, at {when(stats.now)} (server clock)\n")
     print(table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
     print(f"\ndue pending jobs: {stats.pending_due}")
     overdue = "none" if age is None else f"{age:.3f} s overdue (run at {when(stats.oldest_due_run_at)})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
@@ -10,7 +11,7 @@ from typing import Any
 
 from .records import Job, Schedule
 
-__all__ = ["job_dict", "print_json", "schedule_dict", "show_job", "table", "when"]
+__all__ = ["job_dict", "next_page", "print_json", "schedule_dict", "scope", "show_job", "table", "when"]
 
 
 def print_json(value: Any) -> None:
@@ -77,3 +78,15 @@ def show_job(job: Job) -> str:
     else:
         text += "\n\nhistory  (no attempts yet)"
     return text
+
+
+def next_page(args: argparse.Namespace, shown: int, total: int | None) -> str:
+    """The hint under a full page: how to ask for the next one."""
+    more = args.offset + shown < total if total is not None else shown == args.limit and shown > 0
+    return f"; next page: --offset {args.offset + shown}" if more else ""
+
+
+def scope(spaces: Sequence[int] | None) -> str:
+    """The spaces a listing covers, in words."""
+    return "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
+

@@ -29,6 +29,7 @@ from ..records import (
     ScheduleInput,
 )
 from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
+from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class MemoryJobQueue:
     retain_finished: int
     clock: Callable[[], int]
     _jobs: dict[str, _Row] = field(default_factory=dict)
-    _schedules: dict[tuple[int, str], Schedule] = field(default_factory=dict)
+    _schedules: MemorySchedules = field(default_factory=MemorySchedules)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
     # Claims read two heaps rather than sorting every job: pending jobs (and lapsed leases moved over) by
@@ -284,51 +285,19 @@ class MemoryJobQueue:
 
     async def due_schedules(self, limit: int) -> list[Schedule]:
         check.limit("limit", limit)
-        at = self._now()
-        due = [s for s in self._schedules.values() if s.enabled and s.next_run_at <= at]
-        due.sort(key=lambda s: (s.next_run_at, s.space_id, s.action_id))
-        return due[:limit]
+        return self._schedules.due(self._now(), limit)
 
     async def advance_schedule(
         self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
     ) -> bool:
         check.advance_args(space_id, action_id, from_at, to_at, missed)
-        schedule = self._schedules.get((space_id, action_id))
-        if schedule is None or schedule.next_run_at != from_at:
-            return False
-        self._schedules[(space_id, action_id)] = replace(
-            schedule,
-            next_run_at=to_at,
-            last_fire_at=from_at,
-            missed=schedule.missed + missed,
-            updated_at=self._now(),
+        return self._schedules.advance(
+            space_id=space_id, action_id=action_id, from_at=from_at, to_at=to_at, missed=missed, now=self._now
         )
-        return True
 
     async def put_schedules(self, *, space_id: int, schedules: Sequence[ScheduleInput]) -> None:
         incoming = check.put_schedules_args(space_id, schedules)
-        at = self._now()
-        keep = {s.action_id for s in incoming}
-        for existing_key in [k for k in self._schedules if k[0] == space_id and k[1] not in keep]:
-            del self._schedules[existing_key]
-        for schedule in incoming:
-            existing = self._schedules.get((space_id, schedule.action_id))
-            next_run_at = schedule.next_run_at
-            if existing is not None and _keeps_next_run(existing, schedule):
-                next_run_at = existing.next_run_at
-            self._schedules[(space_id, schedule.action_id)] = Schedule(
-                space_id=space_id,
-                action_id=schedule.action_id,
-                cron=schedule.cron,
-                environment=schedule.environment,
-                enabled=schedule.enabled,
-                next_run_at=next_run_at,
-                max_attempts=schedule.max_attempts,
-                timezone=schedule.timezone,
-                missed=existing.missed if existing else 0,
-                updated_at=at,
-                last_fire_at=existing.last_fire_at if existing else None,
-            )
+        self._schedules.put(space_id, incoming, self._now())
 
     async def list_jobs(
         self,
@@ -375,11 +344,7 @@ class MemoryJobQueue:
         spaces = check.space_ids_or_all(space_ids)
         if limit is not None:
             check.page(limit, offset)
-        found = sorted(
-            (s for s in self._schedules.values() if spaces is None or s.space_id in spaces),
-            key=lambda s: (s.space_id, s.action_id),
-        )
-        return found[offset:] if limit is None else found[offset : offset + limit]
+        return self._schedules.listed(spaces, limit, offset)
 
     async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
         spaces = check.scoped_job(space_ids, job_id)
@@ -434,17 +399,6 @@ class MemoryJobQueue:
             count += 1
         self._evict()
         return count
-
-
-def _keeps_next_run(existing: Schedule, incoming: ScheduleInput) -> bool:
-    """A save must not push a promised fire forward, and a week switched off is not a week of missed fires."""
-    unchanged = (
-        existing.cron == incoming.cron
-        and existing.timezone == incoming.timezone
-        and existing.environment == incoming.environment
-    )
-    switched_on = not existing.enabled and incoming.enabled
-    return unchanged and not switched_on
 
 
 def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], int] | None = None) -> MemoryJobQueue:

@@ -4,36 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any
 
 import pymysql
 
 from .. import validation as check
-from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
-from ..errors import StoreUnavailableError
 from ..events import Emitter, dead_by_loss
-from ..records import (
-    LOST_ERROR,
-    AttemptOutcome,
-    Job,
-    JobInput,
-    JobPage,
-    QueueStats,
-    Schedule,
-    ScheduleInput,
-)
-from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
+from ..records import LOST_ERROR, AttemptOutcome, Job, JobInput
+from ..wakeups import WakeupChannel
+from .operator_calls import OperatorCalls
 from .packet import room_for_payload
-from .rows import job_columns, job_from_columns, job_from_row, schedule_from_row
-from .schema import table_names
-from .session import Connection, MysqlStore, as_text, is_conflict, is_duplicate
+from .queue_core import log
+from .rows import job_columns, job_from_columns
+from .schedule_calls import ScheduleCalls
+from .session import Connection, as_text, is_conflict, is_duplicate
 
-log = logging.getLogger(__name__)
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
 
@@ -41,8 +29,6 @@ _emit = Emitter(None, log)
 BATCH_ROWS = 1000
 BATCH_BYTES = 4 * 1024 * 1024
 ROW_ROOM = 2048  # a row's fields other than its input, as sent
-PURGE_EVERY_MS = 60_000
-PURGE_BATCH = 1000
 # How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
 # loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
 # over the same few rows. The spread relaxes again once claims stop colliding.
@@ -69,56 +55,8 @@ def _batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tu
     return batches
 
 
-class MysqlJobQueue:
+class MysqlJobQueue(ScheduleCalls, OperatorCalls):
     """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
-
-    def __init__(
-        self,
-        pool: Any,
-        *,
-        table_prefix: str = "",
-        create_tables: bool = True,
-        retention_days: int = 90,
-        resync_ms: int = RESYNC_MS,
-        clock: Callable[[], int] | None = None,
-        wakeups: WakeupChannel | None = None,
-    ) -> None:
-        check.integer("retention_days", retention_days, 1, 36_500)
-        if clock is not None and not callable(clock):
-            raise TypeError("clock must be a callable answering epoch milliseconds")
-        self._store = MysqlStore(pool, table_prefix=table_prefix, create_tables=create_tables)
-        #: Workers of this table listen here; `enqueue` of a due job notifies it (a hint: the job is stored).
-        self.wakeups: WakeupChannel = wakeups if wakeups is not None else LOCAL_WAKEUPS
-        # The same in every process using this table: the database (as the pool names it) and the table.
-        database = str(getattr(pool, "_conn_kwargs", {}).get("db") or f"pool-{id(pool)}")
-        self.wakeup_topic = f"{database}.{table_names(self._store.prefix).jobs}"
-        self._sql = self._store.sql
-        self._insert_one = self._sql.insert_jobs + self._sql.insert_job_values
-        self._retention_ms = retention_days * 86_400_000
-        self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
-        self._injected_clock = clock
-        self._next_purge_at = 0
-        self._spread = 1
-
-    # -- the clock ------------------------------------------------------------------------------------------
-
-    async def _read_clock(self) -> int:
-        rows = await self._store.run(lambda conn: conn.fetch(self._sql.clock))
-        return int(rows[0][0])
-
-    async def _now_ms(self) -> int:
-        # An injected clock (a test's, as the memory queue takes) stands in for the server's; every instant the
-        # queue writes or compares is a parameter, so nothing else reads the server's time.
-        if self._injected_clock is not None:
-            return int(self._injected_clock())
-        return await self._clock.now()
-
-    async def now(self) -> datetime:
-        return from_epoch_ms(await self._now_ms())
-
-    def resync_clock(self) -> None:
-        """Take the store's clock again on the next call, e.g. after a failover to another primary."""
-        self._clock.resync()
 
     # -- enqueue --------------------------------------------------------------------------------------------
 
@@ -327,37 +265,6 @@ class MysqlJobQueue:
             self._spread = min(MAX_SPREAD, self._spread * 2)
         elif self._spread > 1:
             self._spread -= 1
-
-    async def _purge_if_due(self, now: int) -> None:
-        """Finished jobs past retention go a bounded batch at a time, at most once a minute per queue, from
-        whichever call comes first (claim, enqueue or settle): a replica that only enqueues and settles purges
-        too. A failed purge never fails the call that ran it; the next minute tries again."""
-        if now < self._next_purge_at:
-            return
-        self._next_purge_at = now + PURGE_EVERY_MS
-        cutoff = now - self._retention_ms
-
-        async def purge(conn: Connection) -> int:
-            rows = await conn.fetch(self._sql.finished_before, (cutoff, cutoff, PURGE_BATCH))
-            if not rows:
-                return 0
-            await conn.write(self._sql.purge_finished, ([row[0] for row in rows], cutoff))
-            return len(rows)
-
-        try:
-            removed = await self._store.run(purge)
-        except (pymysql.err.MySQLError, StoreUnavailableError) as error:  # a read-only server included
-            if is_conflict(error):
-                log.debug("purging finished jobs met a conflict (%s); the next pass tries again", error)
-            else:
-                log.warning("purging finished jobs older than the retention period failed (%s); the next pass "
-                            "in a minute tries again", error)
-            return
-        if removed:
-            log.info("removed %d finished jobs older than the retention period", removed)
-            if removed >= PURGE_BATCH:
-                self._next_purge_at = now  # more are waiting: take the next batch on the next call
-
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = list(dict.fromkeys(check.heartbeat_args(job_ids, worker_id, lease_ms)))
         if not ids:
@@ -425,169 +332,6 @@ class MysqlJobQueue:
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
         await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
-
-    # -- schedules ------------------------------------------------------------------------------------------
-
-    async def due_schedules(self, limit: int) -> list[Schedule]:
-        check.limit("limit", limit)
-        if limit == 0:
-            return []
-        now = await self._now_ms()
-        rows = await self._store.run(lambda conn: conn.fetch(self._sql.due_schedules, (now, limit)))
-        return [schedule_from_row(row) for row in rows]
-
-    async def advance_schedule(
-        self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
-    ) -> bool:
-        check.advance_args(space_id, action_id, from_at, to_at, missed)
-        now = await self._now_ms()
-        args = (to_at, from_at, missed, now, space_id, action_id, from_at)
-        try:
-            changed = await self._store.run(lambda conn: conn.write(self._sql.advance_schedule, args))
-        except pymysql.err.MySQLError as error:
-            if not is_conflict(error):
-                raise
-            return False  # somebody else's write won; the schedule is still due if it was not moved
-        return changed > 0
-
-    async def put_schedules(self, *, space_id: int, schedules: Sequence[ScheduleInput]) -> None:
-        incoming = check.put_schedules_args(space_id, schedules)
-        now = await self._now_ms()
-        steps: list[tuple[str, Any]] = [(self._sql.lock_space_schedules, {"space": space_id, "now": now})]
-        if incoming:
-            keep = [s.action_id for s in incoming]
-            steps.append((self._sql.delete_space_schedules_except, (space_id, keep)))
-            args: list[Any] = []
-            for s in incoming:
-                args.extend(
-                    [space_id, s.action_id, s.cron, s.timezone, s.environment, int(s.enabled), s.next_run_at,
-                     s.max_attempts, now]
-                )
-            values = ", ".join([self._sql.upsert_schedule_values] * len(incoming))
-            steps.append((self._sql.upsert_schedules.format(values=values), args))
-        else:
-            steps.append((self._sql.delete_space_schedules, (space_id,)))
-        # One transaction behind the space's guard row: concurrent writers replace the set one after another.
-        await self._store.retrying(lambda conn: conn.transaction(steps))
-
-    async def list_schedules(
-        self, space_ids: Sequence[int] | None, *, limit: int | None = None, offset: int = 0
-    ) -> list[Schedule]:
-        """The schedules of those spaces (None: of every space) by space and action; `limit`/`offset` page them."""
-        spaces = check.space_ids_or_all(space_ids)
-        if limit is not None:
-            check.page(limit, offset)
-        if spaces == []:
-            return []
-        where = "1 = 1" if spaces is None else "space_id IN %s"
-        args: list[Any] = [] if spaces is None else [spaces]
-        paged = "" if limit is None else " LIMIT %s OFFSET %s"
-        if limit is not None:
-            args += [limit, offset]
-        statement = self._sql.list_schedules.format(where=where, page=paged)
-        rows = await self._store.run(lambda conn: conn.fetch(statement, args))
-        return [schedule_from_row(row) for row in rows]
-
-    # -- an operator's view ---------------------------------------------------------------------------------
-
-    async def list_jobs(
-        self,
-        *,
-        space_ids: Sequence[int] | None,
-        action_id: str | None = None,
-        status: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> JobPage:
-        """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
-        spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
-        if spaces == []:
-            return JobPage(jobs=[], total=0)
-        where = ["1 = 1"] if spaces is None else ["space_id IN %s"]
-        args: list[Any] = [] if spaces is None else [spaces]
-        if action_id is not None:
-            where.append("action_id = %s")
-            args.append(action_id)
-        if status is not None:
-            where.append("status = %s")
-            args.append(status)
-        condition = " AND ".join(where)
-
-        async def page(conn: Connection) -> JobPage:
-            rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
-            total = await conn.fetch(self._sql.count_jobs.format(where=condition), args)
-            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]))
-
-        return await self._store.run(page)
-
-    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
-        spaces = None if space_ids is None else check.space_ids(space_ids)
-        now = await self._now_ms()
-        if spaces == []:
-            return QueueStats.from_groups(now, [])
-        where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
-        statement = self._sql.job_stats.format(where=where)
-        rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
-        return QueueStats.from_groups(
-            now,
-            (
-                (int(space), as_text(action), as_text(status), int(count), int(due or 0),
-                 None if oldest is None else int(oldest), int(lapsed or 0))
-                for space, action, status, count, due, oldest, lapsed in rows
-            ),
-        )  # fmt: skip
-
-    async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
-        spaces = check.scoped_job(space_ids, job_id)
-        if not spaces:
-            return None
-        rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
-        return job_from_row(rows[0]) if rows else None
-
-    async def _operator_args(self, space_ids: Sequence[int], job_id: str) -> dict[str, Any] | None:
-        """The arguments of an operator's change to one job, or None when no space is listed."""
-        spaces = check.scoped_job(space_ids, job_id)
-        return {"id": job_id, "spaces": spaces, "now": await self._now_ms()} if spaces else None
-
-    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
-        args = await self._operator_args(space_ids, job_id)
-        if args is None:
-            return False
-        requeued = await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
-        if requeued:
-            self.wakeups.notify(self.wakeup_topic)
-        return requeued
-
-    async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
-        args = await self._operator_args(space_ids, job_id)
-        if args is None:
-            return False
-        spaces = args["spaces"]
-
-        async def cancel(conn: Connection) -> bool:
-            if await conn.write(self._sql.cancel_pending_job, args):
-                return True
-            if await conn.write(self._sql.request_cancel, args):
-                return True
-            # Already asked: still a running job whose cancel stands.
-            return bool(await conn.fetch(self._sql.is_running, (job_id, spaces)))
-
-        return await self._store.retrying(cancel)
-
-    async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
-        check.cancel_pending_args(space_id, key, older_than)
-        now = await self._now_ms()
-
-        async def cancel(conn: Connection) -> int:
-            args = {"now": now, "space": space_id, "key": key}
-            if older_than is None:
-                return await conn.write(self._sql.cancel_keyed, args)
-            rows = await conn.fetch(self._sql.job_seq, (older_than,))
-            if not rows:
-                return 0
-            return await conn.write(self._sql.cancel_keyed_before, {**args, "before": rows[0][0]})
-
-        return await self._store.retrying(cancel)
 
 
 def create_mysql_job_queue(

@@ -1,0 +1,115 @@
+"""The MySQL job queue's operator calls: listing, counting, looking up, requeueing and cancelling jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import validation as check
+from ..records import Job, JobPage, QueueStats
+from .queue_core import QueueCore
+from .rows import job_from_row
+from .session import Connection, as_text
+
+
+class OperatorCalls(QueueCore):
+    """The operator's half of `MysqlJobQueue`: what the CLI and an admin page call."""
+
+    async def list_jobs(
+        self,
+        *,
+        space_ids: Sequence[int] | None,
+        action_id: str | None = None,
+        status: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> JobPage:
+        """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
+        spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
+        if spaces == []:
+            return JobPage(jobs=[], total=0)
+        where = ["1 = 1"] if spaces is None else ["space_id IN %s"]
+        args: list[Any] = [] if spaces is None else [spaces]
+        if action_id is not None:
+            where.append("action_id = %s")
+            args.append(action_id)
+        if status is not None:
+            where.append("status = %s")
+            args.append(status)
+        condition = " AND ".join(where)
+
+        async def page(conn: Connection) -> JobPage:
+            rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
+            total = await conn.fetch(self._sql.count_jobs.format(where=condition), args)
+            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]))
+
+        return await self._store.run(page)
+
+    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
+        spaces = None if space_ids is None else check.space_ids(space_ids)
+        now = await self._now_ms()
+        if spaces == []:
+            return QueueStats.from_groups(now, [])
+        where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
+        statement = self._sql.job_stats.format(where=where)
+        rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
+        return QueueStats.from_groups(
+            now,
+            (
+                (int(space), as_text(action), as_text(status), int(count), int(due or 0),
+                 None if oldest is None else int(oldest), int(lapsed or 0))
+                for space, action, status, count, due, oldest, lapsed in rows
+            ),
+        )  # fmt: skip
+
+    async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
+        spaces = check.scoped_job(space_ids, job_id)
+        if not spaces:
+            return None
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
+        return job_from_row(rows[0]) if rows else None
+
+    async def _operator_args(self, space_ids: Sequence[int], job_id: str) -> dict[str, Any] | None:
+        """The arguments of an operator's change to one job, or None when no space is listed."""
+        spaces = check.scoped_job(space_ids, job_id)
+        return {"id": job_id, "spaces": spaces, "now": await self._now_ms()} if spaces else None
+
+    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
+        args = await self._operator_args(space_ids, job_id)
+        if args is None:
+            return False
+        requeued = await self._store.retrying(lambda conn: conn.write(self._sql.requeue, args)) > 0
+        if requeued:
+            self.wakeups.notify(self.wakeup_topic)
+        return requeued
+
+    async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
+        args = await self._operator_args(space_ids, job_id)
+        if args is None:
+            return False
+        spaces = args["spaces"]
+
+        async def cancel(conn: Connection) -> bool:
+            if await conn.write(self._sql.cancel_pending_job, args):
+                return True
+            if await conn.write(self._sql.request_cancel, args):
+                return True
+            # Already asked: still a running job whose cancel stands.
+            return bool(await conn.fetch(self._sql.is_running, (job_id, spaces)))
+
+        return await self._store.retrying(cancel)
+
+    async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
+        check.cancel_pending_args(space_id, key, older_than)
+        now = await self._now_ms()
+
+        async def cancel(conn: Connection) -> int:
+            args = {"now": now, "space": space_id, "key": key}
+            if older_than is None:
+                return await conn.write(self._sql.cancel_keyed, args)
+            rows = await conn.fetch(self._sql.job_seq, (older_than,))
+            if not rows:
+                return 0
+            return await conn.write(self._sql.cancel_keyed_before, {**args, "before": rows[0][0]})
+
+        return await self._store.retrying(cancel)

@@ -1,0 +1,109 @@
+"""What every part of the MySQL job queue shares: its store and statements, the clock its instants come from,
+and the retention purge that any claim, enqueue or settle may run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import pymysql
+
+from .. import validation as check
+from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
+from ..errors import StoreUnavailableError
+from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
+from .schema import table_names
+from .session import Connection, MysqlStore, is_conflict
+
+# The queue's logger, whichever of its modules logs.
+log = logging.getLogger("plitzi_jobs_mysql.mysql.queue")
+
+PURGE_EVERY_MS = 60_000
+PURGE_BATCH = 1000
+
+
+class QueueCore:
+    """The state and clock of `MysqlJobQueue`, which adds to it its calls (queue.py, schedule_calls.py,
+    operator_calls.py)."""
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        table_prefix: str = "",
+        create_tables: bool = True,
+        retention_days: int = 90,
+        resync_ms: int = RESYNC_MS,
+        clock: Callable[[], int] | None = None,
+        wakeups: WakeupChannel | None = None,
+    ) -> None:
+        check.integer("retention_days", retention_days, 1, 36_500)
+        if clock is not None and not callable(clock):
+            raise TypeError("clock must be a callable answering epoch milliseconds")
+        self._store = MysqlStore(pool, table_prefix=table_prefix, create_tables=create_tables)
+        #: Workers of this table listen here; `enqueue` of a due job notifies it (a hint: the job is stored).
+        self.wakeups: WakeupChannel = wakeups if wakeups is not None else LOCAL_WAKEUPS
+        # The same in every process using this table: the database (as the pool names it) and the table.
+        database = str(getattr(pool, "_conn_kwargs", {}).get("db") or f"pool-{id(pool)}")
+        self.wakeup_topic = f"{database}.{table_names(self._store.prefix).jobs}"
+        self._sql = self._store.sql
+        self._insert_one = self._sql.insert_jobs + self._sql.insert_job_values
+        self._retention_ms = retention_days * 86_400_000
+        self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
+        self._injected_clock = clock
+        self._next_purge_at = 0
+        self._spread = 1
+
+    # -- the clock ------------------------------------------------------------------------------------------
+
+    async def _read_clock(self) -> int:
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.clock))
+        return int(rows[0][0])
+
+    async def _now_ms(self) -> int:
+        # An injected clock (a test's, as the memory queue takes) stands in for the server's; every instant the
+        # queue writes or compares is a parameter, so nothing else reads the server's time.
+        if self._injected_clock is not None:
+            return int(self._injected_clock())
+        return await self._clock.now()
+
+    async def now(self) -> datetime:
+        return from_epoch_ms(await self._now_ms())
+
+    def resync_clock(self) -> None:
+        """Take the store's clock again on the next call, e.g. after a failover to another primary."""
+        self._clock.resync()
+
+    # -- retention ------------------------------------------------------------------------------------------
+
+    async def _purge_if_due(self, now: int) -> None:
+        """Finished jobs past retention go a bounded batch at a time, at most once a minute per queue, from
+        whichever call comes first (claim, enqueue or settle): a replica that only enqueues and settles purges
+        too. A failed purge never fails the call that ran it; the next minute tries again."""
+        if now < self._next_purge_at:
+            return
+        self._next_purge_at = now + PURGE_EVERY_MS
+        cutoff = now - self._retention_ms
+
+        async def purge(conn: Connection) -> int:
+            rows = await conn.fetch(self._sql.finished_before, (cutoff, cutoff, PURGE_BATCH))
+            if not rows:
+                return 0
+            await conn.write(self._sql.purge_finished, ([row[0] for row in rows], cutoff))
+            return len(rows)
+
+        try:
+            removed = await self._store.run(purge)
+        except (pymysql.err.MySQLError, StoreUnavailableError) as error:  # a read-only server included
+            if is_conflict(error):
+                log.debug("purging finished jobs met a conflict (%s); the next pass tries again", error)
+            else:
+                log.warning("purging finished jobs older than the retention period failed (%s); the next pass "
+                            "in a minute tries again", error)
+            return
+        if removed:
+            log.info("removed %d finished jobs older than the retention period", removed)
+            if removed >= PURGE_BATCH:
+                self._next_purge_at = now  # more are waiting: take the next batch on the next call
