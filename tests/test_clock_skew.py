@@ -222,7 +222,7 @@ def _with(schedule: Any, **changes: Any) -> Any:
 
 
 #: The one place the process's wall clock is allowed: the memory store's default clock IS the process's.
-WALL_CLOCK_ALLOWED = {"wall_clock.py", "cli.py"}
+WALL_CLOCK_ALLOWED = {"wall_clock.py"}
 
 
 def test_no_module_reads_the_wall_clock_behind_the_servers_back() -> None:

@@ -3,6 +3,9 @@
 Every replica may run one; a claim is atomic, so two workers never receive the same job. A claim is a lease
 that the heartbeat renews every third of its length while the handler runs, so a long job keeps its claim and
 a dead process does not: its jobs are taken over once the lease lapses.
+
+This module claims, beats and runs the timers; one job's run from its handler to its settle is in job_run.py,
+the single-flight kv key a run holds in single_flight.py.
 """
 
 from __future__ import annotations
