@@ -1,5 +1,6 @@
-"""One job's run on a worker: its handler task supervised to the end, the outcome emitted and settled (retried
-while the lease holds), and its single-flight key given back. `JobWorker` (worker.py) claims and starts runs."""
+"""One claimed job's run on a worker: started (or handed back) once its single-flight key is taken, its handler
+task supervised to the end, the outcome emitted and settled (retried while the lease holds), and its
+single-flight key given back. `JobWorker` (worker.py) claims the jobs and keeps the leases."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .errors import StoreUnavailableError
 from .events import Emitter, EventKind, JobEvent
 from .options import ErrorHandler
 from .records import AttemptOutcome, Job
-from .single_flight import KeyReleases
+from .single_flight import KeyReleases, kv_key, kv_token
 
 # The worker's logger: operators filter on one name for everything a worker does.
 logger = logging.getLogger("plitzi_jobs_mysql.worker")
@@ -25,6 +26,8 @@ JobHandler = Callable[[Job], Awaitable[str | None]]
 #: Exception text recorded on a job is clipped to this: the store refuses errors over 65,535 characters, and a
 #: settle that fails on an enormous message would leave the job to its lease instead of recording the failure.
 ERROR_CLIP_CHARS: Final = 4_000
+#: A job whose single-flight key is held elsewhere comes back after this long.
+HANDBACK_DELAY_MS: Final = 1_000
 #: A settle the store refused is tried again after this, doubling up to the ceiling, while the lease holds.
 SETTLE_RETRY_FIRST_S: Final = 0.05
 SETTLE_RETRY_MAX_S: Final = 2.0
@@ -87,6 +90,17 @@ class _Held:
     settled: bool = False
 
 
+def _lost_attempt(job: Job) -> int | None:
+    """The number of the `lost` attempt the claim that handed out `job` recorded, if it took the job over.
+
+    A takeover appends the lost attempt in the claim itself, so its end is the claim's instant, which is also the
+    job's `updated_at` until anything else touches it."""
+    last = job.history[-1] if job.history else None
+    if last is not None and last.status == "lost" and last.ended_at == job.updated_at:
+        return last.attempt
+    return None
+
+
 class JobRun:
     """The per-job half of `JobWorker`: what happens to a held job once it was claimed, until it is let go of."""
 
@@ -100,12 +114,22 @@ class JobRun:
     _held: dict[str, _Held]
     _released: asyncio.Event  # set whenever a held job is let go of
     _key_releases: KeyReleases | None
+    _stopping: bool
 
     def backoff_ms(self, attempt: int) -> int:
         raise NotImplementedError  # the worker's retry policy
 
     def _nudge(self) -> None:
         raise NotImplementedError  # the worker looks for work: a slot is free
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        raise NotImplementedError  # the worker keeps the run's tasks until they end
+
+    async def _kv_unreachable(self, held: _Held, error: Exception) -> None:
+        raise NotImplementedError  # the worker hands the job back and pauses claiming
+
+    def _kv_reachable(self) -> None:
+        raise NotImplementedError  # the worker resumes claiming
 
     def _call_bound_s(self) -> float:
         return max(self.lease_ms / 3000, MIN_CALL_BOUND_S)
@@ -152,6 +176,70 @@ class JobRun:
 
 
     # -- running ---------------------------------------------------------------------------------------------
+
+    async def _begin(self, held: _Held) -> bool:
+        job = held.job
+        lost = _lost_attempt(job)
+        if lost is not None:
+            previous = job.history[-1]
+            self._emit(
+                JobEvent(
+                    kind=EventKind.LOST,
+                    job_id=job.id,
+                    space_id=job.space_id,
+                    action_id=job.action_id,
+                    attempt=lost,
+                    max_attempts=job.max_attempts,
+                    worker_id=previous.worker_id,
+                    message=previous.error,
+                )
+            )
+        wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
+        self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))
+        if self._stopping:
+            # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
+            await self._hand_back(held, 0)
+            await self._release(held)
+            return False
+        if held.cancel_requested:  # nothing runs, so no single-flight key is needed to settle it
+            await self._cancelled(held)
+            await self._release(held)
+            return False
+        if self.kv is not None:
+            if held.kv_error is not None:
+                await self._kv_unreachable(held, held.kv_error)
+                return False
+            taken = held.kv_key is not None
+            if not taken and not held.kv_refused:  # not asked for with its claim's batch
+                key, token = kv_key(job.id), kv_token(self.worker_id)
+                try:
+                    taken = await self._bounded(
+                        "a single-flight swap", self.kv.swap(key, None, token, self.lease_ms / 1000)
+                    )
+                except Exception as error:
+                    await self._kv_unreachable(held, error)
+                    return False
+                self._kv_reachable()
+                if taken:
+                    held.kv_key, held.kv_token = key, token
+            if not taken:
+                # Someone still runs it (a stalled worker whose lease lapsed): running it too would run it
+                # twice.
+                await self._hand_back(held, HANDBACK_DELAY_MS)
+                return False
+            if self._stopping:
+                await self._hand_back(held, 0)
+                await self._release(held)
+                return False
+        if held.cancel_requested:
+            await self._cancelled(held)
+            await self._release(held)
+            return False
+        held.started_at = asyncio.get_running_loop().time()
+        held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
+        self._emit(self._event(held, EventKind.STARTED, job=job))
+        self._track(asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor"))
+        return True
 
     async def _supervise(self, held: _Held) -> None:
         task = held.handler_task

@@ -4,8 +4,8 @@ Every replica may run one; a claim is atomic, so two workers never receive the s
 that the heartbeat renews every third of its length while the handler runs, so a long job keeps its claim and
 a dead process does not: its jobs are taken over once the lease lapses.
 
-This module claims, beats and runs the timers; one job's run from its handler to its settle is in job_run.py,
-the single-flight kv key a run holds in single_flight.py.
+This module claims, beats and runs the timers; one claimed job's run, from its start to its settle, is in
+job_run.py, the single-flight kv key a run holds in single_flight.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any, Final, Unpack
 
 from . import validation as check
 from .contract import JobQueue, KvStore
-from .events import Emitter, EventKind, JobEvent
+from .events import Emitter
+from .job_run import HANDBACK_DELAY_MS as HANDBACK_DELAY_MS  # re-exported: it is imported from here
 from .job_run import (
     MIN_CALL_BOUND_S,
     JobHandler,
@@ -29,20 +30,16 @@ from .job_run import (
     PermanentFailure,
     RetryLater,
     _Abandoned,
-    _call,
     _describe,
     _Held,
     _log_error,
     logger,
 )
 from .options import WorkerOptions, WorkerSettings
-from .records import Job
 from .single_flight import KeyReleases, kv_key, kv_token
 
 __all__ = ["JobHandler", "JobWorker", "PermanentFailure", "RetryLater", "create_job_worker"]
 
-#: A job whose single-flight key is held elsewhere comes back after this long.
-HANDBACK_DELAY_MS: Final = 1_000
 #: The jitter added to a retry is at most this, however long the backoff has grown.
 MAX_JITTER_MS: Final = 30_000
 #: With the kv unreachable, a claimed job goes back after this long and the worker claims nothing meanwhile,
@@ -58,17 +55,6 @@ MAX_CLAIMS_IN_FLIGHT: Final = 2
 
 def _default_worker_id() -> str:
     return f"{socket.gethostname()[:120]}:{os.getpid()}:{secrets.token_hex(4)}"
-
-
-def _lost_attempt(job: Job) -> int | None:
-    """The number of the `lost` attempt the claim that handed out `job` recorded, if it took the job over.
-
-    A takeover appends the lost attempt in the claim itself, so its end is the claim's instant, which is also the
-    job's `updated_at` until anything else touches it."""
-    last = job.history[-1] if job.history else None
-    if last is not None and last.status == "lost" and last.ended_at == job.updated_at:
-        return last.attempt
-    return None
 
 
 class JobWorker(JobRun):
@@ -220,70 +206,6 @@ class JobWorker(JobRun):
         await self._take_keys(held)
         for h in held:
             self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
-    async def _begin(self, held: _Held) -> bool:
-        job = held.job
-        lost = _lost_attempt(job)
-        if lost is not None:
-            previous = job.history[-1]
-            self._emit(
-                JobEvent(
-                    kind=EventKind.LOST,
-                    job_id=job.id,
-                    space_id=job.space_id,
-                    action_id=job.action_id,
-                    attempt=lost,
-                    max_attempts=job.max_attempts,
-                    worker_id=previous.worker_id,
-                    message=previous.error,
-                )
-            )
-        wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
-        self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))
-        if self._stopping:
-            # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
-            await self._hand_back(held, 0)
-            await self._release(held)
-            return False
-        if held.cancel_requested:  # nothing runs, so no single-flight key is needed to settle it
-            await self._cancelled(held)
-            await self._release(held)
-            return False
-        if self.kv is not None:
-            if held.kv_error is not None:
-                await self._kv_unreachable(held, held.kv_error)
-                return False
-            taken = held.kv_key is not None
-            if not taken and not held.kv_refused:  # not asked for with its claim's batch
-                key, token = kv_key(job.id), kv_token(self.worker_id)
-                try:
-                    taken = await self._bounded(
-                        "a single-flight swap", self.kv.swap(key, None, token, self.lease_ms / 1000)
-                    )
-                except Exception as error:
-                    await self._kv_unreachable(held, error)
-                    return False
-                self._kv_reachable()
-                if taken:
-                    held.kv_key, held.kv_token = key, token
-            if not taken:
-                # Someone still runs it (a stalled worker whose lease lapsed): running it too would run it
-                # twice.
-                await self._hand_back(held, HANDBACK_DELAY_MS)
-                return False
-            if self._stopping:
-                await self._hand_back(held, 0)
-                await self._release(held)
-                return False
-        if held.cancel_requested:
-            await self._cancelled(held)
-            await self._release(held)
-            return False
-        held.started_at = asyncio.get_running_loop().time()
-        held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
-        self._emit(self._event(held, EventKind.STARTED, job=job))
-        self._track(asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor"))
-        return True
-
     async def _take_keys(self, held: list[_Held]) -> None:
         """With a kv that takes many keys at once, the single-flight keys of one claim's jobs in one call
         (one statement when all were free) rather than one swap per job."""
