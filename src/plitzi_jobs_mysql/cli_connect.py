@@ -15,7 +15,7 @@ from pymysql.constants import CR, ER
 from .errors import PlitziJobsError, SchemaMismatchError
 from .mysql.queue import MysqlJobQueue, create_mysql_job_queue
 from .mysql.schema import check_prefix
-from .url import MysqlUrl, parse_mysql_url
+from .url import MysqlUrl, parse_database_url
 
 PROG = "plitzi-jobs-mysql"
 ENV_URL = "PLITZI_MYSQL_URL"
@@ -41,11 +41,9 @@ def database_url(args: argparse.Namespace) -> MysqlUrl:
     if not raw:
         raise CliError(f"no database URL: pass --url mysql://user:password@host:3306/database or set {ENV_URL}")
     try:
-        url = parse_mysql_url(raw)
+        url = parse_database_url(raw)
     except ValueError as error:
         raise CliError(str(error)) from None
-    if url.database is None:
-        raise CliError(f"the URL {url.render()} names no database (expected mysql://…/database)")
     try:
         url.ssl_context()  # a TLS file that cannot be read: say so before connecting
     except ValueError as error:

@@ -36,7 +36,7 @@ from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urls
 
 from pymysql.constants import CLIENT
 
-__all__ = ["DEFAULT_PORT", "SCHEMES", "SSL_MODES", "MysqlUrl", "parse_mysql_url"]
+__all__ = ["DEFAULT_PORT", "SCHEMES", "SSL_MODES", "MysqlUrl", "parse_database_url", "parse_mysql_url"]
 
 DEFAULT_PORT = 3306
 SCHEMES = frozenset({"mysql", "mariadb", "mysql+pymysql", "mysql+aiomysql"})
@@ -360,3 +360,12 @@ def _check_params(params: dict[str, str], check_hostname: str | None) -> None:
         raise _fail(f"ssl-mode={mode} needs ssl-ca (the authority the server's certificate is checked against)")
     if "ssl-key" in params and "ssl-cert" not in params:
         raise _fail("ssl-key is given without ssl-cert")
+
+
+def parse_database_url(url: str) -> MysqlUrl:
+    """`parse_mysql_url` for the tools that work in one database (the CLI, the Alembic environment): a URL that
+    names none is a ``ValueError`` too."""
+    parsed = parse_mysql_url(url)
+    if parsed.database is None:
+        raise ValueError(f"the URL {parsed.render()} names no database (expected mysql://…/database)")
+    return parsed

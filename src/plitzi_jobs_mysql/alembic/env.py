@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from plitzi_jobs_mysql.mysql.schema import check_prefix
-from plitzi_jobs_mysql.url import parse_mysql_url
+from plitzi_jobs_mysql.url import parse_database_url, parse_mysql_url
 
 ENV_URL = "PLITZI_MYSQL_URL"
 
@@ -52,11 +52,9 @@ def _sqlalchemy_url(required: bool) -> str | None:
             )
         return None
     try:
-        url = parse_mysql_url(raw)
+        url = parse_database_url(raw)
     except ValueError as error:
         raise CommandError(str(error)) from None
-    if url.database is None:
-        raise CommandError(f"the URL {url.render()} names no database (expected mysql://…/database)")
     return url.sqlalchemy_url()
 
 
