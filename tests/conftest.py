@@ -11,6 +11,7 @@ import aiomysql
 import pymysql
 import pytest
 
+from plitzi_jobs_mysql import JobInput
 from plitzi_jobs_mysql.testing import fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
 
@@ -71,15 +72,26 @@ async def pool(session_db: str) -> AsyncIterator[Any]:
         await opened.wait_closed()
 
 
-def sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
-    """One statement on its own autocommit connection: for arranging and inspecting tables from outside."""
-    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
+def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tuple[Any, ...]]:
+    """One statement on its own autocommit connection: for arranging and inspecting tables from outside
+    (`connect`: more pymysql.connect arguments, e.g. a connect_timeout)."""
+    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True, **connect)
     try:
         with conn.cursor() as cur:
             cur.execute(statement, args)
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def job(id: str, **fields: Any) -> JobInput:
+    """A due job with plain defaults; `fields` override any of them."""
+    values: dict[str, Any] = {
+        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {}, "due_at": 0,
+        "max_attempts": 3,
+    }
+    values.update(fields)
+    return JobInput(id=id, **values)
 
 
 def sql_session(url: str, statements: list[str]) -> None:

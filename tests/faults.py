@@ -31,19 +31,15 @@ import pymysql
 
 from plitzi_jobs_mysql.url import parse_mysql_url
 
+from .conftest import sql
 from .faultproxy import FaultProxy
 
 PACKAGE_USER = "pjm_package"
 
 
 def admin_sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]]:
-    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True, connect_timeout=5)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(statement, args)
-            return list(cur.fetchall())
-    finally:
-        conn.close()
+    """An admin statement that gives up on connecting after 5 s (the server may be the thing that is failing)."""
+    return sql(url, statement, args, connect_timeout=5)
 
 
 def package_user(url: str) -> str:

@@ -14,24 +14,15 @@ from typing import Any
 
 import pytest
 
-from plitzi_jobs_mysql import AttemptOutcome, JobInput, create_mysql_job_queue, create_mysql_kv
+from plitzi_jobs_mysql import AttemptOutcome, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.errors import KvRowLockedError
 from plitzi_jobs_mysql.mysql.flavour import Flavour
 
-from .conftest import open_pool
+from .conftest import job, open_pool
 
 pytestmark = pytest.mark.timeout(120)
 
 LOCK_WAIT_S = 1
-
-
-def job(id: str, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {
-        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {}, "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from pymysql.constants import ER
 
 from plitzi_jobs_mysql import (
     AttemptOutcome,
-    JobInput,
     create_memory_job_queue,
     create_mysql_job_queue,
     create_mysql_kv,
@@ -28,16 +27,7 @@ from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import empty_tables, open_pool, sql, sql_session
-
-
-def job(id: str, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {
-        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {}, "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
+from .conftest import empty_tables, job, open_pool, sql, sql_session
 
 
 def tables(url: str) -> list[str]:

@@ -14,24 +14,15 @@ from typing import Any
 
 import pytest
 
-from plitzi_jobs_mysql import JobInput, PayloadTooLargeError, create_mysql_job_queue, create_mysql_kv
+from plitzi_jobs_mysql import PayloadTooLargeError, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
 
-from .conftest import open_pool, sql
+from .conftest import job, open_pool, sql
 
 pytestmark = pytest.mark.timeout(120)
 
 MiB = 1024 * 1024
 PACKET = 4 * MiB
-
-
-def job(id: str, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {
-        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {}, "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
 
 
 @pytest.fixture(scope="module")
