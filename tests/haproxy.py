@@ -20,16 +20,12 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from plitzi_jobs_mysql.testing.host import free_port
+
 
 def haproxy_binary() -> str | None:
     return shutil.which("haproxy") or next(
         (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if Path(p).exists()), None)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class HaProxy:
@@ -53,7 +49,7 @@ class HaProxy:
 
     def start(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="plitzi-haproxy-"))
-        self.port = _free_port()
+        self.port = free_port()
         servers = "\n".join(f"    server node{i + 1} 127.0.0.1:{port} check"
                             for i, port in enumerate(self.backend_ports))
         config = self.dir / "haproxy.cfg"

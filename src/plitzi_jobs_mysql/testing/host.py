@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -76,10 +77,8 @@ def log_tail(path: str | os.PathLike[str], lines: int = 25) -> str:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A free loopback port for a server this process is about to start (see :func:`free_ports`)."""
+    return free_ports(1)[0]
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:
@@ -88,11 +87,39 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(part) for part in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_ports(count: int) -> list[int]:
-    """Distinct free loopback ports (held open together so none is picked twice)."""
+    """Distinct free loopback ports (held open together so none is picked twice).
+
+    Picked below the kernel's ephemeral range where there is room: a port the kernel hands out for outgoing
+    connections (a client's, a Galera node's own links to its peers) could otherwise be taken between the pick
+    and the server's bind, which fails the start with "Address already in use". Only another explicit bind can
+    take a port outside that range.
+    """
+    low, _high = _ephemeral_range()
     socks: list[socket.socket] = []
     try:
-        for _ in range(count):
+        candidates = list(range(10000, low)) if low - 10000 >= 1000 else []
+        random.shuffle(candidates)
+        for port in candidates:
+            if len(socks) == count:
+                break
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                sock.close()
+                continue
+            socks.append(sock)
+        while len(socks) < count:  # no room below the range: let the kernel pick
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
             socks.append(sock)
