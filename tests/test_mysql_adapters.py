@@ -21,13 +21,14 @@ from plitzi_jobs_mysql import (
     mysql_job_schema_statements,
     mysql_job_schema_upgrades,
 )
+from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.mysql import queue as queue_module
 from plitzi_jobs_mysql.mysql import queue_core, schedule_calls
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import empty_tables, job, open_pool, sql, sql_session
+from .conftest import Clock, empty_tables, job, open_pool, sql, sql_session
 
 
 def tables(url: str) -> list[str]:
@@ -244,6 +245,39 @@ async def test_the_claim_reads_through_the_index_without_sorting_the_backlog(
     assert "filesort" not in text.lower() and "job_due" in text, plan
     taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=10)
     assert [j.id for j in taken] == ["seed"] + [f"b{n}" for n in range(1, 19, 2)]
+
+
+async def test_claims_facing_a_full_backlog_look_for_lapsed_leases_only_now_and_then(
+    database_url: str, pools: list[Any]
+) -> None:
+    """The lapsed-lease read steps over every running row, so a claim that keeps finding full blocks of pending
+    jobs sends it at most every LAPSED_READ_EVERY_MS; a claim that finds the backlog short sends it at once."""
+    pool = await pool_on(pools, database_url)
+    clock = Clock(wall_clock_ms())
+    queue = create_mysql_job_queue(pool, clock=clock)
+    crashed = create_mysql_job_queue(pool, clock=clock)  # another replica, whose worker then dies
+    await queue.enqueue_many([job(f"p{n}", due_at=n + 1) for n in range(5)])
+
+    async def orphan(job_id: str) -> None:
+        await crashed.enqueue(job(job_id))  # due at 0: older than every pending job
+        assert [j.id for j in await crashed.claim(worker_id="crashed", lease_ms=50, limit=1)] == [job_id]
+
+    async def claim_one() -> tuple[str, int]:
+        (taken,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+        return taken.id, taken.attempts
+
+    await orphan("o1")
+    assert await claim_one() == ("p0", 1)  # a queue's first claim reads both; o1's lease still holds
+    await clock.advance(51)
+    assert await claim_one() == ("p1", 1)  # o1 lapsed, but the backlog is full and the last look is 51 ms old
+    await clock.advance(queue_core.LAPSED_READ_EVERY_MS)
+    assert await claim_one() == ("o1", 2)
+
+    await orphan("o2")
+    await clock.advance(51)
+    assert await claim_one() == ("p2", 1)  # p2, p3: a full block
+    assert await claim_one() == ("p3", 1)  # p3, p4: a full block
+    assert await claim_one() == ("o2", 2)  # p4 alone: the backlog ran out, so this claim looked for lapsed leases
 
 
 # -- retention ----------------------------------------------------------------------------------------------

@@ -142,13 +142,35 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         await self._purge_if_due(now)
         return await self._claim(worker_id, lease_ms, limit, now)
 
-    async def _candidates(self, limit: int, now: int, offset: int) -> list[tuple[int, int, int]]:
-        """Up to 2 × limit pending jobs from `offset` on, and up to `limit` lapsed leases, oldest first."""
-        rows = await self._store.run(
-            lambda conn: conn.fetch(self._sql.claim_candidates, (now, offset, 2 * limit, now, limit))
-        )
+    async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[tuple[int, int, int]]:
+        """Up to 2 × limit pending jobs from `offset` on and, when `_lapsed_read_due`, up to `limit` lapsed
+        leases, oldest first."""
+        with_lapsed = self._lapsed_read_due(now, lease_ms)
+        args: tuple[int, ...]
+        if with_lapsed:
+            sql, args = self._sql.claim_candidates, (now, offset, 2 * limit, now, limit)
+        else:
+            sql, args = self._sql.claim_pending_candidates, (now, offset, 2 * limit)
+        rows = await self._store.run(lambda conn: conn.fetch(sql, args))
         candidates = [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
+        short = sum(1 for c in candidates if not c[2]) < 2 * limit
+        if short and not with_lapsed:
+            # The backlog ran out since the last claim: lapsed leases are what is left to take, so look now
+            # rather than at the next poll.
+            rows = await self._store.run(lambda conn: conn.fetch(self._sql.claim_lapsed_candidates, (now, limit)))
+            candidates += [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
+            with_lapsed = True
+        if with_lapsed:
+            self._lapsed_read_at = now
+        self._backlog_short = short
         return sorted(candidates, key=lambda r: (r[1], r[0]))
+
+    def _lapsed_read_due(self, now: int, lease_ms: int) -> bool:
+        if self._backlog_short or self._lapsed_read_at is None:
+            return True
+        every = min(self._lapsed_read_every_ms, lease_ms // 10)
+        # A clock that went back (an injected one, a failover to another primary) looks again too.
+        return not self._lapsed_read_at <= now < self._lapsed_read_at + every
 
     def _cas_room(self) -> int:
         """How many compare-and-sets to send side by side: no more than the pool can lend at once without
@@ -183,9 +205,9 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
-        candidates = await self._candidates(limit, now, offset)
+        candidates = await self._candidates(limit, now, offset, lease_ms)
         if len(candidates) < limit and offset:
-            candidates = await self._candidates(limit, now, 0)  # the backlog is shorter than the spread
+            candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
         flavour = self._store.flavour
         started = time.monotonic_ns()
         won: list[int] = []
@@ -217,7 +239,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             # worker idle for a whole poll while jobs wait.
             if won or attempt or failure is not None or len(candidates) < 2 * limit:
                 break
-            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit)
+            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
         self._adapt_spread(lost)
         if failure is not None:
             if not won or not isinstance(failure, Exception):
