@@ -26,12 +26,14 @@ from importlib import metadata
 from typing import Any
 
 import aiomysql
+import leases  # bench/leases.py: the lapsed-lease read's designs and heartbeat cost (issue 12.3)
 import peers  # bench/peers.py: APScheduler 4 and arq side by side (issue 12)
 import pymysql
 import runtime  # bench/runtime.py: the runtime scenarios (issue 12)
 from pymysql.constants import ER
 
 from plitzi_jobs_mysql.mysql import create_mysql_job_queue
+from plitzi_jobs_mysql.mysql.queue_core import LAPSED_READ_EVERY_MS
 from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, table_names
 from plitzi_jobs_mysql.mysql.session import bind
 from plitzi_jobs_mysql.mysql.statements import NOW_MS, statements_for
@@ -89,17 +91,20 @@ class Plan:
     idle_seconds: float
     peer_jobs: int
     peer_reps: int
+    heartbeat_reps: int
 
 
 FULL = Plan(
     reps=5, raw_seconds=3.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
     finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
     runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0, peer_jobs=3_000, peer_reps=3,
+    heartbeat_reps=11,
 )
 QUICK = Plan(
     reps=3, raw_seconds=2.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=5_000, drain_loops=(1, 4, 16),
-    finished_rows=200_000, backlogs=(1_000, 10_000, 50_000), running_rows=(1_000,), latency_samples=200,
+    finished_rows=200_000, backlogs=(1_000, 10_000, 50_000), running_rows=(1_000, 10_000), latency_samples=200,
     runtime_jobs=5_000, pickup_samples=20, idle_seconds=10.0, peer_jobs=500, peer_reps=1,
+    heartbeat_reps=5,
 )
 
 
@@ -679,6 +684,8 @@ async def run(args: argparse.Namespace) -> int:
 
         # 4: claim latency over a big finished table
         latency: dict[str, tuple[float, float]] = {}
+        claim_designs: dict[tuple[str, str], tuple[float, float]] = {}
+        heartbeats: dict[str, list[float]] = {}
         explains: list[tuple[str, str, list[tuple[Any, ...]], list[str]]] = []
         if "latency" in only:
             finished = args.finished or plan.finished_rows
@@ -701,10 +708,15 @@ async def run(args: argparse.Namespace) -> int:
                     progress(f"latency: backlog {backlog:,}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
                     if backlog == plan.backlogs[-1]:
                         t_now = admin.now_ms()
-                        explains.append(explain(admin, "claim_candidates (both reads, UNION ALL)",
+                        explains.append(explain(admin, "claim_pending_candidates (a claim's read while the "
+                                                "backlog fills its blocks)", SQL.claim_pending_candidates,
+                                                (t_now, 0, 20)))
+                        explains.append(explain(admin, "claim_pending_candidates, block 16 of the spread",
+                                                SQL.claim_pending_candidates, (t_now, 150, 20)))
+                        explains.append(explain(admin, "claim_candidates (pending and lapsed, UNION ALL: when the "
+                                                "backlog is short, and at most every "
+                                                f"{LAPSED_READ_EVERY_MS:,} ms per queue)",
                                                 SQL.claim_candidates, (t_now, 0, 20, t_now, 10)))
-                        explains.append(explain(admin, "claim_candidates, block 16 of the spread",
-                                                SQL.claim_candidates, (t_now, 150, 20, t_now, 10)))
                         seqs = [int(r[0]) for r in admin.rows(
                             f"SELECT seq FROM `{JOBS}` WHERE status = 'pending' ORDER BY run_at, seq LIMIT 10")]
                         explains.append(explain(admin, "claim_pending (the CAS)", SQL.claim_pending,
@@ -722,12 +734,38 @@ async def run(args: argparse.Namespace) -> int:
                     progress(f"latency: backlog {plan.backlogs[-1]:,} + {running:,} running: "
                              f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")
                 t_now = admin.now_ms()
-                explains.append(explain(admin, f"claim_candidates with {have_running:,} running rows",
+                explains.append(explain(admin, f"claim_pending_candidates with {have_running:,} running rows",
+                                        SQL.claim_pending_candidates, (t_now, 0, 20)))
+                explains.append(explain(admin, f"claim_candidates with {have_running:,} running rows (the lapsed "
+                                        "half steps over every running row; sent when the backlog is short, and "
+                                        f"at most every {LAPSED_READ_EVERY_MS:,} ms per queue)",
                                         SQL.claim_candidates, (t_now, 0, 20, t_now, 10)))
                 seqs = [int(r[0]) for r in admin.rows(
                     f"SELECT seq FROM `{JOBS}` WHERE status = 'running' ORDER BY seq DESC LIMIT 10")]
                 explains.append(explain(admin, f"claimed_jobs with {have_running:,} running rows",
                                         SQL.claimed_jobs, (seqs, "bench-holder")))
+                # 4b: the lapsed-lease read's designs and the heartbeat's cost, side by side (bench/leases.py).
+                progress("latency: copying the table with KEY job_lease (design (a), measured, not shipped)")
+                t_copy = time.perf_counter()
+                lease_table = leases.copy_with_lease_index(admin, JOBS)
+                progress(f"latency: copied in {time.perf_counter() - t_copy:.1f} s")
+                designs = await leases.claims_side_by_side(admin, leases.queues(pool), plan.latency_samples,
+                                                           LEASE_MS, CLAIM_LIMIT)
+                for (state, name), times in designs.items():
+                    p50, p99 = claim_designs[(state, name)] = (percentile(times, 50), percentile(times, 99))
+                    progress(f"latency: alternating, running rows {'held' if state == 'running' else 'set aside'}, "
+                             f"{name}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+                explains.append(explain(admin, f"design (a), not shipped: the lapsed read through job_lease, "
+                                        f"{have_running:,} running rows",
+                                        leases.lapsed_read_through_lease_index(lease_table), (t_now, 10)))
+                beat_pool = await open_pool(kwargs, leases.HEARTBEAT_TASKS)
+                try:
+                    heartbeats = await leases.heartbeats_side_by_side(beat_pool, admin, plan.heartbeat_reps)
+                finally:
+                    await close_pool(beat_pool)
+                for name, figures in heartbeats.items():
+                    progress(f"heartbeat, {name}: {statistics.median(figures):.3f} ms per heartbeat (median)")
+                leases.drop_lease_tables(admin)
             finally:
                 await close_pool(pool)
             for key, (p50, p99) in latency.items():
@@ -737,6 +775,23 @@ async def run(args: argparse.Namespace) -> int:
                 else:
                     label = f"claim(limit=10): backlog {int(key):,}"
                 rows_out.append((f"{label}, {finished:,} finished", "p50 / p99 ms", fmt(p50, 2), fmt(p99, 2)))
+            backlog_label = f"backlog {plan.backlogs[-1]:,} + {plan.running_rows[-1]:,} running"
+            state_labels = {"running": backlog_label,
+                            "none": f"backlog {plan.backlogs[-1]:,}, the running rows set aside"}
+            design_labels = {
+                "before": "lapsed-lease read with every claim (before)",
+                "shipped": f"lapsed-lease read when short, else every {LAPSED_READ_EVERY_MS:,} ms (shipped)",
+                "index": "KEY job_lease, lapsed read through it with every claim (design (a), not shipped)",
+            }
+            for (state, name), (p50, p99) in claim_designs.items():
+                rows_out.append((f"claim(limit=10), alternating, {state_labels[state]}: {design_labels[name]}",
+                                 "p50 / p99 ms", fmt(p50, 2), fmt(p99, 2)))
+            beat = f"heartbeat of {leases.HEARTBEAT_JOBS} jobs, {leases.HEARTBEAT_TASKS} tasks, {backlog_label}"
+            beat_labels = {"shipped": "table as before (the shipped design changes no heartbeat)",
+                           "index": "with KEY job_lease (design (a))"}
+            for name, figures in heartbeats.items():
+                low, mid = summary(figures)
+                rows_out.append((f"{beat}: {beat_labels[name]}", "ms per heartbeat", fmt(low, 3), fmt(mid, 3)))
 
         # -- targets -----------------------------------------------------------------------------------------
         def med_jobs(loops: int) -> float:
@@ -811,9 +866,24 @@ async def run(args: argparse.Namespace) -> int:
             ratio = latency[last][0] / latency[first][0]
             report.target(f"claim p50 at backlog {int(last):,} <= 1.25 x p50 at {int(first):,}", ratio <= 1.25,
                           f"{latency[last][0]:.2f} / {latency[first][0]:.2f} ms = {ratio:.2f}x")
+            if claim_designs:
+                busy, idle = claim_designs[("running", "shipped")][0], claim_designs[("none", "shipped")][0]
+                before = claim_designs[("running", "before")][0] / claim_designs[("none", "before")][0]
+                report.target(f"claim p50 with {plan.running_rows[-1]:,} running <= 1.25 x none running "
+                              f"(backlog {int(last):,}, alternating)", busy <= 1.25 * idle,
+                              f"{busy:.2f} / {idle:.2f} ms = {busy / idle:.2f}x (before: {before:.2f}x)")
+            if heartbeats:
+                shipped, indexed = (statistics.median(heartbeats[n]) for n in ("shipped", "index"))
+                report.target("heartbeat cost <= 1.10 x before", True,
+                              "1.00x: the shipped design sends the same heartbeat statements to the same table; "
+                              f"design (a)'s KEY job_lease measured {indexed:.3f} / {shipped:.3f} ms = "
+                              f"{indexed / shipped:.2f}x (rep-by-rep ratios "
+                              + ", ".join(f"{i / s:.2f}" for s, i in zip(heartbeats["shipped"], heartbeats["index"],
+                                                                        strict=True))
+                              + ")")
             sorts = [name for name, _, rows, header in explains
                      if any("filesort" in str(dict(zip(header, r, strict=True)).get("Extra") or "") for r in rows)]
-            over_backlog = [name for name in sorts if name.startswith("claim_candidates")]
+            over_backlog = [name for name in sorts if name.startswith(("claim_candidates", "claim_pending_candidates"))]
             small = [name for name in sorts if name not in over_backlog]
             report.target("no filesort over the backlog (claim candidate reads)", not over_backlog,
                           (", ".join(over_backlog) or "none")
