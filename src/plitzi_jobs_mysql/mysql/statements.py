@@ -157,7 +157,7 @@ def statements_for(prefix: str) -> Statements:
         # makes the server read and sort every due job. The pending read is O(limit): it starts at an offset, so
         # claimers spread over the oldest jobs each take their own block (the server skips index entries
         # cheaply; only the block crosses the wire). The lapsed read steps over every running row (their run_at
-        # orders them, not their lease), so a claim sends it only now and then (queue.py, LAPSED_READ_EVERY_MS);
+        # orders them, not their lease), so a claim sends it only now and then (queue_core.py, LAPSED_READ_EVERY_MS);
         # an index on lease_until would make it O(limit) but every heartbeat move an index entry (measured in
         # bench/README.md). Only (seq, run_at) travel: full rows in a UNION ALL derived table once crashed
         # MariaDB 10.11.
