@@ -58,6 +58,17 @@ class StoreClock:
             self._refresh()
         return (time.monotonic_ns() + self._offset_ns) // 1_000_000
 
+    def fresh(self) -> int | None:
+        """`now()` without an await when the last reading still holds and needs no refresh (the common case: a
+        hot path saves the coroutine); None when `now()` has a reading to take or start."""
+        read_at = self._read_at_ns
+        if read_at is None:
+            return None
+        local = time.monotonic_ns()
+        if local - read_at >= self.resync_ms * 1_000_000:
+            return None
+        return (local + self._offset_ns) // 1_000_000
+
     def resync(self) -> None:
         self._read_at_ns = None
 

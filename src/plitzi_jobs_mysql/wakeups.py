@@ -42,11 +42,14 @@ class LocalWakeups:
         self._next = 0
 
     def notify(self, topic: str) -> None:
+        listeners = self._subscribers.get(topic)
+        if not listeners:  # every enqueue of a due job calls this, mostly in processes with no worker
+            return
         try:
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
-        for loop, callback in list(self._subscribers.get(topic, {}).values()):
+        for loop, callback in list(listeners.values()):
             if loop is here:
                 callback()
             elif not loop.is_closed():

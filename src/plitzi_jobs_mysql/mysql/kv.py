@@ -57,8 +57,9 @@ class MysqlKv:
 
     async def set(self, key: str, value: str, ttl_seconds: float | None = None) -> None:
         ttl = check.kv_write_args(key, value, ttl_seconds)
-        await self._store.ready()
-        self._store.check_fits("value", value)
+        if self._store.needs_ready:
+            await self._store.ready()
+        self._store.refuse_unfit("value", value)
         await self._purge_if_due()
         await self._store.retrying(lambda conn: conn.write(self._sql.kv_set, (key, value, ttl)))
 
@@ -88,8 +89,9 @@ class MysqlKv:
 
     async def swap(self, key: str, expected: str | None, value: str, ttl_seconds: float | None = None) -> bool:
         ttl = check.kv_write_args(key, value, ttl_seconds, expected)
-        await self._store.ready()
-        self._store.check_fits("value", value)
+        if self._store.needs_ready:
+            await self._store.ready()
+        self._store.refuse_unfit("value", value)
 
         async def cas(conn: Connection) -> bool:
             if expected is None:

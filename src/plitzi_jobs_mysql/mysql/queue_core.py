@@ -80,6 +80,12 @@ class QueueCore:
             return int(self._injected_clock())
         return await self._clock.now()
 
+    def _fresh_now_ms(self) -> int | None:
+        """`_now_ms()` without an await when it needs none (see `StoreClock.fresh`); else None."""
+        if self._injected_clock is not None:
+            return int(self._injected_clock())
+        return self._clock.fresh()
+
     async def now(self) -> datetime:
         return from_epoch_ms(await self._now_ms())
 

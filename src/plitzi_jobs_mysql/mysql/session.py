@@ -92,7 +92,7 @@ def unavailable(error: BaseException) -> StoreUnavailableError | None:
 def bind(sql: str, args: Any) -> tuple[str, Any]:
     """Expands a list argument into `(%s, %s, ...)`: PyMySQL 1.2 no longer escapes sequences itself."""
     if isinstance(args, dict):
-        if not any(isinstance(v, list) for v in args.values()):
+        if list not in map(type, args.values()):
             return sql, args
         flat: dict[str, Any] = {}
         for name, value in args.items():
@@ -103,7 +103,7 @@ def bind(sql: str, args: Any) -> tuple[str, Any]:
             else:
                 flat[name] = value
         return sql, flat
-    if args is None or not any(isinstance(v, list) for v in args):
+    if args is None or list not in map(type, args):  # the common case, checked in C (the queue passes plain lists)
         return sql, args
     pieces = sql.split("%s")
     if len(pieces) != len(args) + 1:
@@ -280,6 +280,16 @@ class MysqlStore:
         """The value's size as sent; `PayloadTooLargeError` if no statement to this server could carry it."""
         return packet.check_fits(name, value, self.max_packet)
 
+    def refuse_unfit(self, name: str, value: str) -> None:
+        """`check_fits` for a caller that needs no size: a value short enough to fit anyway is not measured."""
+        if not packet.surely_fits(value, self.max_packet):
+            packet.check_fits(name, value, self.max_packet)
+
+    @property
+    def needs_ready(self) -> bool:
+        """Whether `ready()` has anything to do: callers on a hot path skip the await when it has not."""
+        return not self._ready or self._packet_stale
+
     async def _is_galera(self, conn: Connection) -> bool:
         rows = await conn.fetch("SHOW VARIABLES LIKE 'wsrep_on'")
         return bool(rows) and as_text(rows[0][1]).upper() == "ON"
@@ -337,7 +347,8 @@ class MysqlStore:
                     ok = True
                     return result
                 finally:
-                    await self._end_borrow(conn, ok)
+                    if not conn.autocommit:  # nothing to end under autocommit: no coroutine for it either
+                        await self._end_borrow(conn, ok)
         except Exception as error:
             if error_code(error) != ER.NET_PACKET_TOO_LARGE:
                 mapped = unavailable(error)  # refused, lost or read-only: a StoreUnavailableError
