@@ -156,6 +156,11 @@ class Emitter:
         self.hook = hook
         self.log = log
 
+    def wants(self, kind: EventKind) -> bool:
+        """Whether an event of this kind reaches anyone (the hook, or the log at its level): the worker builds the
+        events of every job's claim, start and success only then, which costs a share of its CPU per job."""
+        return self.hook is not None or self.log.isEnabledFor(LEVELS[kind])
+
     def __call__(self, event: JobEvent) -> None:
         level = LEVELS[event.kind]
         if self.log.isEnabledFor(level):

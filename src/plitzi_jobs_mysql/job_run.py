@@ -26,6 +26,8 @@ JobHandler = Callable[[Job], Awaitable[str | None]]
 #: Exception text recorded on a job is clipped to this: the store refuses errors over 65,535 characters, and a
 #: settle that fails on an enormous message would leave the job to its lease instead of recording the failure.
 ERROR_CLIP_CHARS: Final = 4_000
+#: Settlements after which nobody claims the job again (unless an operator requeues it).
+FINISHED: Final = frozenset({"succeeded", "dead", "cancelled"})
 #: A job whose single-flight key is held elsewhere comes back after this long.
 HANDBACK_DELAY_MS: Final = 1_000
 #: A settle the store refused is tried again after this, doubling up to the ceiling, while the lease holds.
@@ -88,6 +90,7 @@ class _Held:
     started_at: float | None = None  # the loop's clock when the handler started
     cancel_requested: bool = False
     settled: bool = False
+    finished: bool = False  # settled for good (succeeded, dead, cancelled): nobody claims it again soon
 
 
 def _lost_attempt(job: Job) -> int | None:
@@ -194,8 +197,9 @@ class JobRun:
                     message=previous.error,
                 )
             )
-        wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
-        self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))
+        if self._emit.wants(EventKind.CLAIMED):
+            wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
+            self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))
         if self._stopping:
             # Claimed in the instant the stop arrived: never started, so back to the queue with the attempt.
             await self._hand_back(held, 0)
@@ -237,7 +241,8 @@ class JobRun:
             return False
         held.started_at = asyncio.get_running_loop().time()
         held.handler_task = asyncio.create_task(_call(self.handler, job), name=f"job {job.id}")
-        self._emit(self._event(held, EventKind.STARTED, job=job))
+        if self._emit.wants(EventKind.STARTED):
+            self._emit(self._event(held, EventKind.STARTED, job=job))
         self._track(asyncio.create_task(self._supervise(held), name=f"job {job.id} supervisor"))
         return True
 
@@ -254,8 +259,14 @@ class JobRun:
         try:
             await self._conclude(held, task)
         finally:
-            await self._release(held)
-            self._nudge()  # a slot is free: look for work now rather than at the next tick
+            if held.finished:
+                # A slot is free: look for work now rather than at the next tick. A finished job's key goes back
+                # beside that claim (and lingers for others' company): nobody waits on it.
+                self._nudge()
+                await self._release(held)
+            else:
+                await self._release(held)  # first: the retry may be claimed at once, and would find it held
+                self._nudge()
 
     async def _conclude(self, held: _Held, task: asyncio.Task[str | None]) -> None:
         # Each outcome is emitted (logged, and passed to the hook) before it is written, so the log says what
@@ -271,7 +282,8 @@ class JobRun:
         if error is None:
             result = task.result()
             run_id = _clip(str(result), check.ID_MAX_CHARS) if result is not None and str(result) else None
-            self._emit(self._event(held, EventKind.SUCCEEDED, duration_s=ran, run_id=run_id))
+            if self._emit.wants(EventKind.SUCCEEDED):
+                self._emit(self._event(held, EventKind.SUCCEEDED, duration_s=ran, run_id=run_id))
             await self._settle(held, "succeeded", attempt="succeeded", run_id=run_id)
         elif held.cancel_requested:
             # The operator asked it to stop and it did, by raising: that is the cancel, not a failure to
@@ -319,6 +331,7 @@ class JobRun:
         run_id: str | None = None,
         delay_ms: int | None = None,
     ) -> None:
+        held.finished = status in FINISHED
         outcome = None
         if attempt is not None:
             outcome = AttemptOutcome(status=attempt, worker_id=self.worker_id, run_id=run_id, error=error)
@@ -373,7 +386,7 @@ class JobRun:
         key, token = held.kv_key, held.kv_token
         held.kv_key = held.kv_token = None
         if self._key_releases is not None:
-            await self._key_releases.give_back(key, token)
+            await self._key_releases.give_back(key, token, urgent=not held.finished or self._stopping)
             return
         marker = f"released:{token}"
         try:

@@ -205,7 +205,16 @@ class JobWorker(JobRun):
             self._wake.set()
         await self._take_keys(held)
         for h in held:
-            self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
+            if self._starts_at_once(h):
+                await self._begin(h)  # no store call on its way: no task of its own (a share of the CPU per job)
+            else:  # a hand-back or a swap: its round trip must not hold up the others' start
+                self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
+
+    def _starts_at_once(self, held: _Held) -> bool:
+        """Whether `_begin` will start the job's handler without a store call (so without suspending)."""
+        if self._stopping or held.cancel_requested:
+            return False
+        return self.kv is None or (held.kv_error is None and held.kv_key is not None)
     async def _take_keys(self, held: list[_Held]) -> None:
         """With a kv that takes many keys at once, the single-flight keys of one claim's jobs in one call
         (one statement when all were free) rather than one swap per job."""
@@ -332,6 +341,8 @@ class JobWorker(JobRun):
         refunded.
         """
         self._stopping = True
+        if self._key_releases is not None:
+            self._key_releases.hurry()  # keys lingering for company go now
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None

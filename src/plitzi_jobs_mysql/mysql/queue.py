@@ -145,8 +145,11 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         check.claim_args(worker_id, lease_ms, limit)
         if limit == 0:
             return []
-        now = await self._now_ms()
-        await self._purge_if_due(now)
+        now = self._fresh_now_ms()
+        if now is None:
+            now = await self._now_ms()
+        if now >= self._next_purge_at:
+            await self._purge_if_due(now)
         return await self._claim(worker_id, lease_ms, limit, now)
 
     async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[tuple[int, int, int]]:
@@ -343,7 +346,9 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         attempt: AttemptOutcome | None = None,
     ) -> None:
         check.settle_args(job_id, worker_id, status, delay_ms, run_id, error, attempt)
-        now = await self._now_ms()
+        now = self._fresh_now_ms()
+        if now is None:
+            now = await self._now_ms()
         args = {
             "id": job_id,
             "worker": worker_id,
@@ -360,7 +365,8 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         }
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
-        await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
+        if now >= self._next_purge_at:
+            await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
 
 def create_mysql_job_queue(
