@@ -98,6 +98,22 @@ async def test_resync_clock_takes_the_servers_time_again(database_url: str, pool
     assert (await queue.now() - first).total_seconds() > 3000
 
 
+async def test_a_hot_call_reads_the_clock_without_an_await_only_while_the_reading_holds(
+    database_url: str, pools: list[Any]
+) -> None:
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool)
+    assert queue._fresh_now_ms() is None  # no reading yet: enqueue, claim and settle await one
+    first = int((await queue.now()).timestamp() * 1000)
+    fresh = queue._fresh_now_ms()
+    assert fresh is not None and first <= fresh < first + 60_000
+    queue.resync_clock()
+    assert queue._fresh_now_ms() is None
+    stale = queue_module.MysqlJobQueue(pool, resync_ms=0)  # every call is due to refresh the reading
+    await stale.now()
+    assert stale._fresh_now_ms() is None
+
+
 async def test_a_skewed_application_clock_changes_nothing(
     database_url: str, pools: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

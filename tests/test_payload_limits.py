@@ -163,3 +163,16 @@ async def test_a_packet_lowered_after_first_use_is_learned_again(
         assert sorted(row[0] for row in sql(url, "SELECT id FROM action_jobs")) == [b"after", b"first"]
     finally:
         sql(small_packet_server.url, f"SET GLOBAL max_allowed_packet = {PACKET}")
+
+
+def test_a_value_passed_without_measuring_it_always_fits() -> None:
+    from plitzi_jobs_mysql.mysql import packet
+
+    max_packet = packet.STATEMENT_ROOM + 1_000  # room for 1,000 bytes as sent
+    for text in ["", "a" * 249, "'" * 249, "\\\n\x00" * 83, "é" * 249, "😀" * 249]:
+        assert packet.surely_fits(text, max_packet)
+        assert packet.sent_size(text) <= packet.room_for_payload(max_packet), text[:3]
+    assert not packet.surely_fits("a" * 250, max_packet)  # no longer sure: measured instead, and it fits
+    assert packet.check_fits("x", "a" * 250, max_packet) == 252
+    with pytest.raises(PayloadTooLargeError):
+        packet.check_fits("x", "'" * 500, max_packet)  # 1,002 bytes once escaped

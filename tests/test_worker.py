@@ -542,6 +542,80 @@ async def test_the_key_is_taken_for_a_lease_renewed_on_each_beat_and_released_on
     assert await kv.get(key_b) == "someone-else"
 
 
+class RecordingKv:
+    """The memory kv, recording each batch of keys given back."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.released: list[list[str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def delete_unchanged(self, pairs: Any) -> None:
+        self.released.append(sorted(key for key, _ in pairs))
+        await self.inner.delete_unchanged(pairs)
+
+
+async def test_finished_jobs_keys_go_back_together_and_at_once_when_urgent_or_many(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(single_flight, "RELEASE_LINGER_S", 3600.0)  # only urgency, a full batch or hurry() send
+    clock = Clock(T)
+    kv = RecordingKv(create_memory_kv(clock=clock))
+    for name in ("a", "b", "c", "u"):
+        await kv.set(name, f"token-{name}", 60)
+    releases = single_flight.KeyReleases(kv.delete_unchanged, on_error=lambda error: None)
+    finished = [asyncio.create_task(releases.give_back(name, f"token-{name}", urgent=False)) for name in "ab"]
+    await releases.give_back("u", "token-u")  # a retry's key: sent at once, with whatever waits already
+    assert kv.released == [["a", "b", "u"]]
+    await asyncio.gather(*finished)
+    lingering = asyncio.create_task(releases.give_back("c", "token-c", urgent=False))
+    for _ in range(10):
+        await asyncio.sleep(0)  # loop turns, no time: nothing may be sent yet
+    assert not lingering.done() and kv.released == [["a", "b", "u"]]
+    releases.hurry()  # the worker stops
+    await asyncio.wait_for(lingering, 10)
+    assert kv.released == [["a", "b", "u"], ["c"]]
+    assert [await kv.get(name) for name in "abcu"] == [None] * 4
+
+    many = [f"k{i:02}" for i in range(single_flight.RELEASE_BATCH)]
+    for name in many:
+        await kv.set(name, "t", 60)
+    await asyncio.wait_for(asyncio.gather(*(releases.give_back(name, "t", urgent=False) for name in many)), 10)
+    assert kv.released[-1] == many  # a full batch does not wait
+
+
+async def test_a_retrys_key_goes_back_before_its_next_claim_while_a_finished_jobs_lingers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(single_flight, "RELEASE_LINGER_S", 3600.0)
+    clock, queue = fixed_queue()
+    kv = RecordingKv(create_memory_kv(clock=clock))
+    await enqueue(queue, "done")
+    await enqueue(queue, "again")
+    runs: list[str] = []
+
+    async def handler(job: Job) -> str | None:
+        runs.append(job.id)
+        if job.id == "again" and runs.count("again") == 1:
+            raise RetryLater("not yet", delay_ms=0)
+        return None
+
+    worker = create_job_worker(queue=queue, handler=handler, kv=kv, worker_id="w1")
+    assert await worker.poll() == 2
+    await wait_for_job(queue, "done", "succeeded")
+    await wait_for(lambda: any(single_flight.kv_key("again") in batch for batch in kv.released))
+    # Due again at once, and its key already free: the next claim runs it (a held key would hand it back for
+    # HANDBACK_DELAY_MS, on a clock that does not move).
+    assert await worker.poll() == 1
+    await wait_for_job(queue, "again", "succeeded")
+    assert runs.count("again") == 2
+    await worker.stop()
+    assert await kv.get(single_flight.kv_key("done")) is None
+    assert await kv.get(single_flight.kv_key("again")) is None
+
+
 def test_long_ids_still_make_a_key_the_kv_takes() -> None:
     key = single_flight.kv_key("😀" * 191)
     assert len(key.encode()) <= 764
@@ -770,6 +844,39 @@ async def test_the_event_hook_sees_each_happening_of_a_run() -> None:
     ])
     lost = next(e for e in events if e.kind == EventKind.LOST)
     assert (lost.worker_id, lost.attempt) == ("died", 1)
+
+
+async def test_events_nobody_listens_to_are_not_built_and_logged_ones_still_are(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, queue = fixed_queue()
+    await enqueue(queue, "quiet-1")
+    await enqueue(queue, "quiet-2")
+    built: list[str] = []
+    event_init = JobEvent.__init__
+
+    def counting_init(self: JobEvent, **fields: Any) -> None:
+        built.append(f"{fields['job_id']}:{fields['kind'].value}")
+        event_init(self, **fields)
+
+    monkeypatch.setattr(JobEvent, "__init__", counting_init)
+
+    async def handler(job: Job) -> str | None:
+        return None
+
+    worker = create_job_worker(queue=queue, handler=handler, worker_id="w1")
+    with caplog.at_level(logging.WARNING, logger="plitzi_jobs_mysql.worker"):
+        assert await worker.poll() == 2
+        await wait_for(lambda: not worker._held)
+    assert built == []  # claimed, started, succeeded: nobody to tell
+    await enqueue(queue, "logged-2")
+    with caplog.at_level(logging.DEBUG, logger="plitzi_jobs_mysql.worker"):
+        assert await worker.poll() == 1
+        await wait_for(lambda: not worker._held)
+    assert built == ["logged-2:claimed", "logged-2:started", "logged-2:succeeded"]
+    assert [r.getMessage().split(")")[1].strip().split(" ")[0] for r in caplog.records
+            if "logged-2" in r.getMessage()] == ["claimed", "started", "succeeded"]
+    await worker.stop()
 
 
 async def test_an_event_hook_that_raises_is_logged_and_never_breaks_the_worker(

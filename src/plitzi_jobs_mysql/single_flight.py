@@ -33,10 +33,10 @@ class KeyReleases:
     per job rather than one."""
 
     def __init__(self, delete_unchanged: Callable[[list[tuple[str, str]]], Awaitable[None]],
-                 on_error: Callable[[BaseException], None], *, linger_s: float = RELEASE_LINGER_S) -> None:
+                 on_error: Callable[[BaseException], None], *, linger_s: float | None = None) -> None:
         self._delete = delete_unchanged
         self._on_error = on_error
-        self._linger_s = linger_s
+        self._linger_s = RELEASE_LINGER_S if linger_s is None else linger_s
         self._waiting: list[tuple[str, str]] = []
         self._flusher: asyncio.Future[None] | None = None
         self._hurry = asyncio.Event()
