@@ -173,6 +173,39 @@ async def test_no_more_than_workers_handlers_run_and_claims_ask_only_for_free_sl
     assert [kw["limit"] for name, kw in queue.calls if name == "claim"] == [2, 2]
 
 
+async def test_a_handler_that_returned_frees_its_slot_while_its_settle_is_written_up_to_workers_of_them() -> None:
+    _, base = fixed_queue()
+    for name in ("a", "b", "c"):
+        await enqueue(base, name)
+    writing = asyncio.Event()
+    settles: list[str] = []
+
+    async def slow_settle(**kwargs: Any) -> None:
+        settles.append(kwargs["job_id"])
+        await writing.wait()
+
+    ran: list[str] = []
+
+    async def handler(job: Job) -> str | None:
+        ran.append(job.id)
+        return None
+
+    worker = create_job_worker(queue=Proxy(base, settle=slow_settle), handler=handler, workers=1, worker_id="w1")
+    assert await worker.poll() == 1
+    await wait_for(lambda: settles == ["a"])
+    assert worker.in_flight() == 0 and len(worker._held) == 1  # still held (its lease renewed) until settled
+    assert await worker.poll() == 1  # its slot runs the next job meanwhile
+    await wait_for(lambda: settles == ["a", "b"])
+    assert await worker.poll() == 0  # no more than `workers` settles stand in for running handlers
+    assert ran == ["a", "b"]
+    writing.set()
+    await wait_for(lambda: not worker._held)
+    assert [j.status for j in [await base.get_job([1], n) for n in "ab"] if j] == ["succeeded", "succeeded"]
+    assert await worker.poll() == 1
+    await worker.stop()
+    assert ran == ["a", "b", "c"]
+
+
 async def test_a_claim_asks_for_exactly_the_free_slots() -> None:
     _, base = fixed_queue()
     await enqueue(base, "first")
@@ -359,7 +392,7 @@ async def test_a_settle_that_raises_is_reported_and_tried_again_while_the_lease_
 
     async def store_down(**kwargs: Any) -> None:
         nonlocal failures
-        if failures:
+        if failures and kwargs["job_id"] == "a":  # "b" may run (and settle) while "a" is retried
             failures -= 1
             raise ConnectionError("store down")
         await base.settle(**kwargs)

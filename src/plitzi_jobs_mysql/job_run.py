@@ -91,6 +91,7 @@ class _Held:
     cancel_requested: bool = False
     settled: bool = False
     finished: bool = False  # settled for good (succeeded, dead, cancelled): nobody claims it again soon
+    settling: bool = False  # its handler is over and its slot given to the next job; the settle is on its way
 
 
 def _lost_attempt(job: Job) -> int | None:
@@ -117,6 +118,7 @@ class JobRun:
     _held: dict[str, _Held]
     _released: asyncio.Event  # set whenever a held job is let go of
     _key_releases: KeyReleases | None
+    _settling: int  # held jobs whose handler is over (their slot is free again), being settled
     _stopping: bool
 
     def backoff_ms(self, attempt: int) -> int:
@@ -256,6 +258,9 @@ class JobRun:
             task.cancel()  # the loop is shutting down: the lease lapsing hands the job on
             self._forget(held)
             raise
+        # The handler is over: its slot runs the next job while this one's outcome is written (the lease, still
+        # held and renewed, covers the settle as before).
+        self._handler_done(held)
         try:
             await self._conclude(held, task)
         finally:
@@ -373,7 +378,13 @@ class JobRun:
         finally:
             self._forget(held)
 
+    def _handler_done(self, held: _Held) -> None:
+        raise NotImplementedError  # the worker frees the job's slot and looks for work
+
     def _forget(self, held: _Held) -> None:
+        if held.settling:
+            held.settling = False
+            self._settling -= 1
         if self._held.get(held.job.id) is held:
             del self._held[held.job.id]
         held.settled = True

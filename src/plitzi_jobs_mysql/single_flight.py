@@ -22,9 +22,9 @@ def kv_token(worker_id: str) -> str:
 #: A key whose job is done for good (succeeded, dead, cancelled) waits this long for others to go back with it in
 #: one statement; a key a retry may soon need again goes at once. Nobody claims a finished job again, so holding
 #: its key a moment longer costs nothing but the kv row, and at 16 busy slots it turns ~3 releases into ~1.
-RELEASE_LINGER_S: Final = 0.02
+RELEASE_LINGER_S: Final = 0.05
 #: ... unless this many are waiting already: one statement for them all is as good as it gets.
-RELEASE_BATCH: Final = 16
+RELEASE_BATCH: Final = 64
 
 
 class KeyReleases:

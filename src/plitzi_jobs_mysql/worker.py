@@ -82,6 +82,7 @@ class JobWorker(JobRun):
         self._kv_delay_ms = 0
         self._kv_resume_at = 0.0  # the loop's clock; no claims before it while the kv is unreachable
         self._held: dict[str, _Held] = {}
+        self._settling = 0
         self._runs: set[asyncio.Task[Any]] = set()
         self._reserved = 0  # slots promised to claims in flight
         self._claims_in_flight = 0
@@ -117,7 +118,15 @@ class JobWorker(JobRun):
     # -- claiming --------------------------------------------------------------------------------------------
 
     def _free(self) -> int:
-        return self.workers - len(self._held) - self._reserved
+        # A held job whose handler is over no longer takes a slot, but no more than `workers` of those count as
+        # free, so a store slow to take settles cannot pile up leases without end.
+        return self.workers - (len(self._held) - min(self._settling, self.workers)) - self._reserved
+
+    def _handler_done(self, held: _Held) -> None:
+        if not held.settling and not held.settled:
+            held.settling = True
+            self._settling += 1
+        self._nudge()  # a slot is free: look for work now, beside this job's settle
 
     def _reserve(self, limit: int) -> None:
         """Promises `limit` free slots to a claim about to start, so claims in flight at once never count the
