@@ -95,7 +95,7 @@ class Plan:
 
 
 FULL = Plan(
-    reps=5, raw_seconds=3.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
+    reps=5, raw_seconds=3.0, enqueue_jobs=10_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
     finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
     runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0, peer_jobs=3_000, peer_reps=3,
     heartbeat_reps=11,
@@ -512,7 +512,11 @@ async def run(args: argparse.Namespace) -> int:
             pool = await open_pool(kwargs, 8)
             try:
                 for rep in range(reps):
-                    for mode in enqueue:
+                    # Each enqueue beside its yardstick, which goes first on every other rep (so neither always
+                    # meets the InnoDB flush the other left behind); the targets divide within a rep.
+                    order = ["one", "bare1", "eight", "bare8", "many"] if rep % 2 == 0 else \
+                        ["bare1", "one", "bare8", "eight", "many"]
+                    for mode in order:
                         admin.run(f"TRUNCATE TABLE `{JOBS}`")
                         jobs = job_inputs(plan.enqueue_jobs, f"e{rep}{mode}", admin.now_ms())
                         if mode.startswith("bare"):
@@ -891,9 +895,16 @@ async def run(args: argparse.Namespace) -> int:
                              else ""))
         for mode, bare_mode, label in (("one", "bare1", "one producer"), ("eight", "bare8", "eight producers")):
             if enqueue[mode] and enqueue[bare_mode]:
+                # The median of the reps' own ratios: a rep lasts well under a second at eight producers, so one
+                # stall (a flush, another process) moves a rep's pair, not the ratio of two medians from
+                # different reps.
+                pairs = [r / b for r, b in zip(enqueue[mode], enqueue[bare_mode], strict=True)]
+                ratio = statistics.median(pairs)
                 rate, bare = statistics.median(enqueue[mode]), statistics.median(enqueue[bare_mode])
-                report.target(f"enqueue, {label}, >= 0.8 x a bare INSERT of the same row", rate >= 0.8 * bare,
-                              f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.2f}x")
+                report.target(f"enqueue, {label}, >= 0.8 x a bare INSERT of the same row (paired reps)",
+                              ratio >= 0.8,
+                              f"median of paired ratios {ratio:.2f}x ({', '.join(f'{p:.2f}' for p in pairs)}); "
+                              f"medians {rate:,.0f} / {bare:,.0f} jobs/s")
         if enqueue["one"] and enqueue["many"]:
             one, many = statistics.median(enqueue["one"]), statistics.median(enqueue["many"])
             report.target("enqueue_many >= 5 x one producer's enqueue", many >= 5 * one,
