@@ -97,7 +97,7 @@ class Plan:
 FULL = Plan(
     reps=5, raw_seconds=3.0, enqueue_jobs=10_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
     finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
-    runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0, peer_jobs=3_000, peer_reps=3,
+    runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0, peer_jobs=3_000, peer_reps=5,
     heartbeat_reps=11,
 )
 QUICK = Plan(
