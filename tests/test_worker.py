@@ -6,17 +6,19 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
+import plitzi_jobs_mysql.settles as settles_module
 import plitzi_jobs_mysql.single_flight as single_flight
 import plitzi_jobs_mysql.worker as worker_module
 from plitzi_jobs_mysql.contract import JobQueue
 from plitzi_jobs_mysql.events import EventKind, JobEvent
 from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv, wall_clock_ms
-from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.mysql import create_mysql_job_queue
+from plitzi_jobs_mysql.records import AttemptOutcome, Job, JobInput
 from plitzi_jobs_mysql.worker import (
     HANDBACK_DELAY_MS,
     PermanentFailure,
@@ -24,7 +26,7 @@ from plitzi_jobs_mysql.worker import (
     create_job_worker,
 )
 
-from .conftest import Clock
+from .conftest import Clock, open_pool, sql
 
 T = 1_700_000_000_000
 
@@ -1012,3 +1014,159 @@ def test_an_async_or_uncallable_event_hook_is_refused() -> None:
         create_job_worker(queue=create_memory_job_queue(), handler=Gate(), on_event=hook)
     with pytest.raises(TypeError, match="callable"):
         create_job_worker(queue=create_memory_job_queue(), handler=Gate(), on_event="print")  # type: ignore[typeddict-item]
+
+
+# -- succeeded settles batched (MySQL) -------------------------------------------------------------------------
+
+SETTLED_COLUMNS = (
+    "space_id, action_id, environment, `trigger`, input, due_at, max_attempts, missed, `key`, status, run_at, "
+    "attempts, created_at, updated_at, history, lease_until, worker_id, run_id, cancel_requested, error"
+)
+
+
+@pytest.fixture
+async def mysql_pool(database_url: str) -> AsyncIterator[Any]:
+    opened = await open_pool(database_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        await opened.wait_closed()
+
+
+async def test_a_batch_of_succeeded_settles_writes_what_single_settles_write(
+    database_url: str, mysql_pool: Any
+) -> None:
+    clock = Clock(T)
+    queue = create_mysql_job_queue(mysql_pool, clock=clock)
+    run_ids = ["run-1", None, "run-3 ✓"]
+    for n in range(3):
+        await enqueue(queue, f"one-{n}")
+        await enqueue(queue, f"many-{n}")
+    await enqueue(queue, "theirs")
+    claimed = await queue.claim(worker_id="w", lease_ms=60_000, limit=6)
+    assert len(claimed) == 6
+    assert [j.id for j in await queue.claim(worker_id="other", lease_ms=60_000, limit=1)] == ["theirs"]
+    await clock.advance(1_234)
+    for n, run_id in enumerate(run_ids):
+        await queue.settle(
+            job_id=f"one-{n}", worker_id="w", status="succeeded", run_id=run_id,
+            attempt=AttemptOutcome(status="succeeded", worker_id="w", run_id=run_id),
+        )
+    # "theirs" is held by another worker: the guard leaves it alone, as a single settle would.
+    batch = [(f"many-{n}", run_id) for n, run_id in enumerate(run_ids)] + [("theirs", "run-x")]
+    await queue.settle_succeeded(worker_id="w", jobs=batch)
+
+    def row(job_id: str) -> tuple[Any, ...]:
+        return sql(database_url, f"SELECT {SETTLED_COLUMNS} FROM action_jobs WHERE id = %s", (job_id,))[0]
+
+    before = {f"many-{n}": row(f"many-{n}") for n in range(3)}
+    for n in range(3):
+        assert row(f"many-{n}") == row(f"one-{n}")  # byte for byte: history JSON, run_id, instants, all of it
+        job = await queue.get_job([1], f"many-{n}")
+        assert job is not None and job.status == "succeeded" and job.run_id == run_ids[n]
+        attempts = [(a.attempt, a.status, a.worker_id, a.run_id) for a in job.history]
+        assert attempts == [(1, "succeeded", "w", run_ids[n])]
+    theirs = await queue.get_job([1], "theirs")
+    assert theirs is not None and theirs.status == "running" and not theirs.history and theirs.run_id is None
+    await clock.advance(1_000)
+    await queue.settle_succeeded(worker_id="w", jobs=batch)  # a repeat (a lost OK packet's retry) changes nothing
+    assert {f"many-{n}": row(f"many-{n}") for n in range(3)} == before
+
+
+async def test_a_worker_settles_its_succeeded_jobs_in_few_statements(mysql_pool: Any) -> None:
+    queue = Proxy(create_mysql_job_queue(mysql_pool))
+    for n in range(8):
+        await enqueue(queue, f"j{n}")
+
+    async def handler(job: Job) -> str:
+        return f"run-{job.id}"
+
+    worker = create_job_worker(queue=queue, handler=handler, workers=8, poll_ms=10)
+    await worker.poll()
+    for n in range(8):
+        job = await wait_for_job(queue, f"j{n}", "succeeded")
+        assert job.run_id == f"run-j{n}" and [a.run_id for a in job.history] == [f"run-j{n}"]
+    await worker.stop()
+    names = [name for name, _ in queue.calls]
+    assert "settle" not in names
+    batches = [kwargs["jobs"] for name, kwargs in queue.calls if name == "settle_succeeded"]
+    assert sorted(job_id for b in batches for job_id, _ in b) == [f"j{n}" for n in range(8)]
+    assert len(batches) < 8
+
+
+async def test_a_failing_batch_falls_back_to_single_settles_and_the_jobs_end_succeeded_once(
+    mysql_pool: Any,
+) -> None:
+    base = create_mysql_job_queue(mysql_pool)
+    for n in range(4):
+        await enqueue(base, f"j{n}")
+    failures = 1
+
+    async def written_but_unanswered(**kwargs: Any) -> None:
+        # The batch lands, then its answer is lost: each job's own settle must find its row settled already.
+        nonlocal failures
+        await base.settle_succeeded(**kwargs)
+        if failures:
+            failures -= 1
+            raise ConnectionError("the answer was lost")
+
+    queue = Proxy(base)  # records the single settles
+    errors: list[BaseException] = []
+
+    async def handler(job: Job) -> None:
+        return None
+
+    proxied = _WithBatch(queue, written_but_unanswered)
+    worker = create_job_worker(queue=proxied, handler=handler, workers=4, poll_ms=10, on_error=errors.append)
+    await worker.poll()
+    for n in range(4):
+        await wait_for_job(base, f"j{n}", "succeeded")
+    await worker.stop()
+    assert [type(e) for e in errors] == [ConnectionError]  # reported once for the batch, not once per job
+    first = proxied.batches[0]
+    settled_alone = sorted(kwargs["job_id"] for name, kwargs in queue.calls if name == "settle")
+    assert settled_alone == sorted(job_id for job_id, _ in first)  # each job of the failed batch fell back
+    for n in range(4):
+        job = await base.get_job([1], f"j{n}")
+        assert job is not None and job.status == "succeeded" and len(job.history) == 1  # settled once
+
+
+class _WithBatch:
+    """A queue whose `settle_succeeded` is `batch`, everything else forwarded (and recorded) by `inner`."""
+
+    def __init__(self, inner: Proxy, batch: Callable[..., Awaitable[None]]) -> None:
+        self.inner = inner
+        self.batch = batch
+        self.batches: list[list[tuple[str, str | None]]] = []
+
+    async def settle_succeeded(self, **kwargs: Any) -> None:
+        self.batches.append(list(kwargs["jobs"]))
+        await self.batch(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_stopping_worker_writes_its_lingering_succeeded_settles_at_once(
+    mysql_pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(settles_module, "SETTLE_LINGER_S", 3600.0)  # only a stop can cut this linger short
+    queue = create_mysql_job_queue(mysql_pool)
+    await enqueue(queue, "a")
+    returned = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        returned.set()
+
+    worker = create_job_worker(queue=queue, handler=handler, workers=2, poll_ms=10)
+    await worker.poll()
+    await returned.wait()
+    settles = worker._succeeded_settles
+    assert settles is not None
+    await wait_for(lambda: settles._waiting == [("a", None)])
+    job = await queue.get_job([1], "a")
+    assert job is not None and job.status == "running"  # its settle waits for company, its lease held
+    await asyncio.wait_for(worker.stop(), 30)  # a hang guard only: the stop does not wait out the linger
+    job = await queue.get_job([1], "a")
+    assert job is not None and job.status == "succeeded" and len(job.history) == 1

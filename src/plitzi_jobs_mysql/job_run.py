@@ -16,6 +16,7 @@ from .errors import StoreUnavailableError
 from .events import Emitter, EventKind, JobEvent
 from .options import ErrorHandler
 from .records import AttemptOutcome, Job
+from .settles import SucceededSettles
 from .single_flight import KeyReleases, kv_key, kv_token
 
 # The worker's logger: operators filter on one name for everything a worker does.
@@ -118,6 +119,7 @@ class JobRun:
     _held: dict[str, _Held]
     _released: asyncio.Event  # set whenever a held job is let go of
     _key_releases: KeyReleases | None
+    _succeeded_settles: SucceededSettles | None  # when the queue settles many succeeded jobs in one call
     _settling: int  # held jobs whose handler is over (their slot is free again), being settled
     _stopping: bool
 
@@ -289,7 +291,7 @@ class JobRun:
             run_id = _clip(str(result), check.ID_MAX_CHARS) if result is not None and str(result) else None
             if self._emit.wants(EventKind.SUCCEEDED):
                 self._emit(self._event(held, EventKind.SUCCEEDED, duration_s=ran, run_id=run_id))
-            await self._settle(held, "succeeded", attempt="succeeded", run_id=run_id)
+            await self._succeeded(held, run_id)
         elif held.cancel_requested:
             # The operator asked it to stop and it did, by raising: that is the cancel, not a failure to
             # retry.
@@ -309,6 +311,22 @@ class JobRun:
             await self._settle(held, "pending", delay_ms=delay)
         else:
             await self._failed(held, _describe(error), error, ran)
+
+    async def _succeeded(self, held: _Held, run_id: str | None) -> None:
+        settles = self._succeeded_settles
+        if settles is not None:
+            held.finished = True
+            try:
+                failure = await settles.settle(held.job.id, run_id, urgent=self._stopping)
+            except BaseException:
+                self._forget(held)
+                raise
+            if failure is None:
+                self._forget(held)
+                return
+            # The batch failed (and was reported): this job alone, retried while its lease holds, as any settle.
+            # A row the batch did write is not written twice: the holder guard no longer matches it.
+        await self._settle(held, "succeeded", attempt="succeeded", run_id=run_id)
 
     async def _failed(self, held: _Held, message: str, error: BaseException | None, ran: float | None) -> None:
         job = held.job

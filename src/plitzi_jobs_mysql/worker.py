@@ -36,6 +36,7 @@ from .job_run import (
     logger,
 )
 from .options import WorkerOptions, WorkerSettings
+from .settles import SucceededSettles
 from .single_flight import KeyReleases, kv_key, kv_token
 
 __all__ = ["JobHandler", "JobWorker", "PermanentFailure", "RetryLater", "create_job_worker"]
@@ -91,6 +92,13 @@ class JobWorker(JobRun):
         self._more_waiting = False  # the last claim came back full: more jobs are likely due
         delete_unchanged = getattr(kv, "delete_unchanged", None)
         self._key_releases = KeyReleases(delete_unchanged, self.on_error) if delete_unchanged is not None else None
+        settle_succeeded = getattr(queue, "settle_succeeded", None)
+        self._succeeded_settles = None
+        if settle_succeeded is not None:  # the MySQL queue: one statement for many succeeded jobs
+            async def settle_many(jobs: list[tuple[str, str | None]]) -> None:
+                await self._bounded("a settle", settle_succeeded(worker_id=self.worker_id, jobs=jobs))
+
+            self._succeeded_settles = SucceededSettles(settle_many, self.on_error)
         self._stopping = False
         self._wake = asyncio.Event()
         self._nudges = 0  # counts reasons to claim (a slot freed, a job announced) that came while claiming
@@ -352,6 +360,8 @@ class JobWorker(JobRun):
         self._stopping = True
         if self._key_releases is not None:
             self._key_releases.hurry()  # keys lingering for company go now
+        if self._succeeded_settles is not None:
+            self._succeeded_settles.hurry()  # so do settles
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None

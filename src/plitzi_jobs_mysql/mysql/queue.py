@@ -369,6 +369,33 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
 
+    async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[tuple[str, str | None]]) -> None:
+        """Settles many jobs this worker holds as succeeded, each with a 'succeeded' attempt and its own run_id
+        (`(job_id, run_id)` pairs), in one statement: per row what `settle(status="succeeded",
+        attempt=AttemptOutcome("succeeded", worker_id, run_id))` writes, under the same holder guard, so a job
+        another worker took over (or one already settled) is left alone and a repeat changes nothing. Not part
+        of the `JobQueue` protocol: the worker batches its succeeded settles through it when the queue has it."""
+        for job_id, run_id in jobs:
+            check.settle_args(job_id, worker_id, "succeeded", None, run_id, None, None)
+        pairs = list(dict(jobs).items())  # a job named twice is settled once (the guard would skip it anyway)
+        if not pairs:
+            return
+        now = self._fresh_now_ms()
+        if now is None:
+            now = await self._now_ms()
+        args: dict[str, Any] = {"worker": worker_id, "now": now, "ids": [job_id for job_id, _ in pairs]}
+        whens = []
+        for index, (job_id, run_id) in enumerate(pairs):
+            if run_id is not None:
+                args[f"i{index}"], args[f"r{index}"] = job_id, run_id
+                whens.append(f"WHEN %(i{index})s THEN %(r{index})s ")
+        run = f"(CASE id {''.join(whens)}END)" if whens else "NULL"
+        sql = self._sql.settle_succeeded.format(run=run)
+        await self._store.retrying(lambda conn: conn.write(sql, args))
+        if now >= self._next_purge_at:
+            await self._purge_if_due(now)  # after the settle, which leases may be waiting on
+
+
 def create_mysql_job_queue(
     pool: Any,
     *,

@@ -82,6 +82,7 @@ class Statements:
     renew_leases: str
     cancel_requested_ids: str
     settle: str
+    settle_succeeded: str
     get_job: str
     list_jobs: str
     count_jobs: str
@@ -222,6 +223,23 @@ def statements_for(prefix: str) -> Statements:
             "attempts = IF(status = 'pending' AND NOT %(has_attempt)s, GREATEST(attempts - 1, 0), attempts), "
             "updated_at = %(now)s "
             "WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'running'"
+        ),
+        # Many succeeded jobs of one worker in one statement: per row exactly what `settle` writes for
+        # status='succeeded' with a 'succeeded' attempt (same history entry, each row its own run_id through
+        # `{run}`, a CASE id WHEN ... the caller builds), under the same holder guard, so a row another worker
+        # took over, or one already settled, is left alone. One statement per batch rather than per job.
+        settle_succeeded=(
+            f"UPDATE {jobs} SET "
+            "history = JSON_ARRAY_APPEND(history, '$', "
+            + _attempt_json("'succeeded'", "%(worker)s", "{run}", "NULL", "%(now)s")
+            + "), "
+            "status = 'succeeded', "
+            "error = NULL, "
+            "run_id = COALESCE({run}, run_id), "
+            "lease_until = NULL, "
+            "run_at = %(now)s, "
+            "updated_at = %(now)s "
+            "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'"
         ),
         get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
         list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "

@@ -1,0 +1,81 @@
+"""Succeeded settles written together: a worker's jobs whose handlers succeeded wait a moment for company and go
+in one statement (`MysqlJobQueue.settle_succeeded`), rather than one UPDATE per job. Only the drain's common
+case is batched; every other settle (a retry, a failure, a cancel, a hand-back) stays one call per job."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+#: A succeeded job waits this long for others to settle with it. Its slot already runs the next job (see
+#: `_handler_done`), and its lease is renewed until the batch is written, so the wait costs a moment of the
+#: job's row staying 'running', not a slot.
+SETTLE_LINGER_S: Final = 0.005
+#: ... unless this many are waiting already (a statement of that many primary-key lookups, still small).
+SETTLE_BATCH: Final = 32
+
+
+class SucceededSettles:
+    """Succeeded settles batched: those arriving while one statement is in flight go in the next one, and each
+    waits at most `linger_s` for company. Each caller learns whether its batch was written; on a failure it
+    settles its job alone (the holder guard makes a row the batch did write a no-op then)."""
+
+    def __init__(
+        self,
+        settle_many: Callable[[list[tuple[str, str | None]]], Awaitable[None]],
+        on_error: Callable[[BaseException], None],
+        *,
+        linger_s: float | None = None,
+        batch: int | None = None,
+    ) -> None:
+        self._settle_many = settle_many
+        self._on_error = on_error
+        self._linger_s = SETTLE_LINGER_S if linger_s is None else linger_s
+        self._batch = SETTLE_BATCH if batch is None else batch
+        self._waiting: list[tuple[str, str | None]] = []
+        self._outcome: asyncio.Future[BaseException | None] | None = None  # the waiting ones' batch
+        self._flusher: asyncio.Future[None] | None = None
+        self._hurry = asyncio.Event()
+
+    async def settle(self, job_id: str, run_id: str | None, *, urgent: bool = False) -> BaseException | None:
+        """Returns once the job's batch was written (None) or failed (the error, already reported: settle the job
+        alone). `urgent`: the worker is stopping, so nothing lingers."""
+        if self._outcome is None:
+            self._outcome = asyncio.get_running_loop().create_future()
+        outcome = self._outcome
+        self._waiting.append((job_id, run_id))
+        if urgent or len(self._waiting) >= self._batch:
+            self._hurry.set()
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush())
+        return await asyncio.shield(outcome)
+
+    def hurry(self) -> None:
+        """Write what waits now (the worker is stopping)."""
+        self._hurry.set()
+
+    async def _flush(self) -> None:
+        try:
+            while self._waiting:
+                if not self._hurry.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._hurry.wait(), self._linger_s)
+                self._hurry.clear()
+                # All that wait go (the batch size only cuts the linger short: they share one answer); those
+                # arriving from here on wait for the next statement.
+                batch, self._waiting = self._waiting, []
+                outcome, self._outcome = self._outcome, None
+                assert outcome is not None
+                try:
+                    await self._settle_many(batch)
+                except BaseException as error:
+                    outcome.set_result(error)  # each job falls back to its own settle
+                    if not isinstance(error, Exception):
+                        raise
+                    self._on_error(error)  # once per batch, not once per job
+                else:
+                    outcome.set_result(None)
+        finally:
+            self._flusher = None
