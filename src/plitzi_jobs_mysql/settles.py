@@ -9,10 +9,12 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-#: A succeeded job waits this long for others to settle with it. Its slot already runs the next job (see
-#: `_handler_done`), and its lease is renewed until the batch is written, so the wait costs a moment of the
-#: job's row staying 'running', not a slot.
-SETTLE_LINGER_S: Final = 0.005
+#: A succeeded job waits this long for others to settle with it: by default no longer than the statement already
+#: in flight (group commit: those arriving while one batch is written go in the next), plus one turn of the loop
+#: for handlers that returned together. A real linger (5 ms was tried) costs crash safety: the slot already runs
+#: the next job, so a worker killed in the linger (tests/test_killed_workers.py, a job that SIGKILLs its worker
+#: claimed right after a slot freed) has finished jobs still 'running' in the table, and they run again.
+SETTLE_LINGER_S: Final = 0.0
 #: ... unless this many are waiting already (a statement of that many primary-key lookups, still small).
 SETTLE_BATCH: Final = 32
 
@@ -59,9 +61,13 @@ class SucceededSettles:
     async def _flush(self) -> None:
         try:
             while self._waiting:
-                if not self._hurry.is_set():
+                if self._hurry.is_set():
+                    pass
+                elif self._linger_s > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._hurry.wait(), self._linger_s)
+                else:
+                    await asyncio.sleep(0)  # the handlers that returned in this turn of the loop come along
                 self._hurry.clear()
                 # All that wait go (the batch size only cuts the linger short: they share one answer); those
                 # arriving from here on wait for the next statement.
