@@ -1,6 +1,7 @@
-"""Succeeded settles written together: a worker's jobs whose handlers succeeded wait a moment for company and go
-in one statement (`MysqlJobQueue.settle_succeeded`), rather than one UPDATE per job. Only the drain's common
-case is batched; every other settle (a retry, a failure, a cancel, a hand-back) stays one call per job."""
+"""Succeeded settles written together: a worker's jobs whose handlers succeeded while its last batch was being
+written go in the next one, one statement (`MysqlJobQueue.settle_succeeded`) rather than one UPDATE per job.
+Only the drain's common case is batched; every other settle (a retry, a failure, a cancel, a hand-back) stays
+one call per job."""
 
 from __future__ import annotations
 

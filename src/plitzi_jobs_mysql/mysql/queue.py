@@ -368,7 +368,6 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
-
     async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[tuple[str, str | None]]) -> None:
         """Settles many jobs this worker holds as succeeded, each with a 'succeeded' attempt and its own run_id
         (`(job_id, run_id)` pairs), in one statement: per row what `settle(status="succeeded",
