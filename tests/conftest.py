@@ -72,6 +72,17 @@ async def pool(session_db: str) -> AsyncIterator[Any]:
         await opened.wait_closed()
 
 
+@pytest.fixture
+async def database_pool(database_url: str) -> AsyncIterator[Any]:
+    """An autocommit pool on a fresh database of its own (`database_url`)."""
+    opened = await open_pool(database_url)
+    try:
+        yield opened
+    finally:
+        opened.close()
+        await opened.wait_closed()
+
+
 def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tuple[Any, ...]]:
     """One statement on its own autocommit connection: for arranging and inspecting tables from outside
     (`connect`: more pymysql.connect arguments, e.g. a connect_timeout)."""

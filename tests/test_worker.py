@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ from plitzi_jobs_mysql.worker import (
     create_job_worker,
 )
 
-from .conftest import Clock, open_pool, sql
+from .conftest import Clock, sql
 
 T = 1_700_000_000_000
 
@@ -1024,21 +1024,11 @@ SETTLED_COLUMNS = (
 )
 
 
-@pytest.fixture
-async def mysql_pool(database_url: str) -> AsyncIterator[Any]:
-    opened = await open_pool(database_url)
-    try:
-        yield opened
-    finally:
-        opened.close()
-        await opened.wait_closed()
-
-
 async def test_a_batch_of_succeeded_settles_writes_what_single_settles_write(
-    database_url: str, mysql_pool: Any
+    database_url: str, database_pool: Any
 ) -> None:
     clock = Clock(T)
-    queue = create_mysql_job_queue(mysql_pool, clock=clock)
+    queue = create_mysql_job_queue(database_pool, clock=clock)
     run_ids = ["run-1", None, "run-3 ✓"]
     for n in range(3):
         await enqueue(queue, f"one-{n}")
@@ -1074,8 +1064,8 @@ async def test_a_batch_of_succeeded_settles_writes_what_single_settles_write(
     assert {f"many-{n}": row(f"many-{n}") for n in range(3)} == before
 
 
-async def test_a_worker_settles_its_succeeded_jobs_in_few_statements(mysql_pool: Any) -> None:
-    queue = Proxy(create_mysql_job_queue(mysql_pool))
+async def test_a_worker_settles_its_succeeded_jobs_in_few_statements(database_pool: Any) -> None:
+    queue = Proxy(create_mysql_job_queue(database_pool))
     for n in range(8):
         await enqueue(queue, f"j{n}")
 
@@ -1096,9 +1086,9 @@ async def test_a_worker_settles_its_succeeded_jobs_in_few_statements(mysql_pool:
 
 
 async def test_a_failing_batch_falls_back_to_single_settles_and_the_jobs_end_succeeded_once(
-    mysql_pool: Any,
+    database_pool: Any,
 ) -> None:
-    base = create_mysql_job_queue(mysql_pool)
+    base = create_mysql_job_queue(database_pool)
     for n in range(4):
         await enqueue(base, f"j{n}")
     failures = 1
@@ -1149,10 +1139,10 @@ class _WithBatch:
 
 
 async def test_a_stopping_worker_writes_its_lingering_succeeded_settles_at_once(
-    mysql_pool: Any, monkeypatch: pytest.MonkeyPatch
+    database_pool: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(settles_module, "SETTLE_LINGER_S", 3600.0)  # only a stop can cut this linger short
-    queue = create_mysql_job_queue(mysql_pool)
+    queue = create_mysql_job_queue(database_pool)
     await enqueue(queue, "a")
     returned = asyncio.Event()
 
