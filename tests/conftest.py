@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -61,26 +62,29 @@ async def open_pool(url: str, **options: Any) -> Any:
     return await aiomysql.create_pool(**kwargs)
 
 
-@pytest.fixture
-async def pool(session_db: str) -> AsyncIterator[Any]:
-    """An autocommit pool on the session database."""
-    opened = await open_pool(session_db)
+@contextlib.asynccontextmanager
+async def pooled(url: str, **options: Any) -> AsyncIterator[Any]:
+    """`open_pool(url, **options)`, closed (and waited for) on the way out."""
+    opened = await open_pool(url, **options)
     try:
         yield opened
     finally:
         opened.close()
         await opened.wait_closed()
+
+
+@pytest.fixture
+async def pool(session_db: str) -> AsyncIterator[Any]:
+    """An autocommit pool on the session database."""
+    async with pooled(session_db) as opened:
+        yield opened
 
 
 @pytest.fixture
 async def database_pool(database_url: str) -> AsyncIterator[Any]:
     """An autocommit pool on a fresh database of its own (`database_url`)."""
-    opened = await open_pool(database_url)
-    try:
+    async with pooled(database_url) as opened:
         yield opened
-    finally:
-        opened.close()
-        await opened.wait_closed()
 
 
 def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tuple[Any, ...]]:
