@@ -13,7 +13,7 @@ import pymysql
 import pytest
 
 from plitzi_jobs_mysql import JobInput
-from plitzi_jobs_mysql.testing import fresh_database, load_time_zones, mysql_server_url
+from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 
@@ -85,6 +85,23 @@ async def database_pool(database_url: str) -> AsyncIterator[Any]:
     """An autocommit pool on a fresh database of its own (`database_url`)."""
     async with pooled(database_url) as opened:
         yield opened
+
+
+def own_server_fixtures(prefix: str) -> tuple[Any, Any]:
+    """`server, database = own_server_fixtures("pjm_x")` in a test module: a throwaway server of the module's own
+    (for tests that stop it, kill its sessions or change its globals) and a fresh database on it per test."""
+
+    @pytest.fixture(scope="module")
+    def server() -> Iterator[LocalMysqlServer]:
+        with LocalMysqlServer(load_tz=False) as started:
+            yield started
+
+    @pytest.fixture
+    def database(server: LocalMysqlServer) -> Iterator[str]:
+        with fresh_database(server.url, prefix) as url:
+            yield url
+
+    return server, database
 
 
 def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tuple[Any, ...]]:

@@ -14,7 +14,6 @@ import contextlib
 import io
 import itertools
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,10 @@ from plitzi_jobs_mysql import (
 )
 from plitzi_jobs_mysql import scheduler as scheduler_module
 from plitzi_jobs_mysql.mysql import session as session_module
-from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
+from plitzi_jobs_mysql.testing import LocalMysqlServer
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from .conftest import open_pool, sql
+from .conftest import open_pool, own_server_fixtures, sql
 from .faultproxy import FaultProxy
 from .faults import Kills, ProxyCuts, ReadOnly, admin_sql, package_user
 from .soak import FAULT_DEPLOYMENT, Soak, run_soak
@@ -43,16 +42,7 @@ from .soak import FAULT_DEPLOYMENT, Soak, run_soak
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalMysqlServer]:
-    with LocalMysqlServer(load_tz=False) as started:
-        yield started
-
-
-@pytest.fixture
-def database(server: LocalMysqlServer) -> Iterator[str]:
-    with fresh_database(server.url, "pjm_faults") as url:
-        yield url
+server, database = own_server_fixtures("pjm_faults")
 
 
 def run_fault(database: str, logs: Path, fault: Any, jobs: int, **options: Any) -> Soak:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pymysql
@@ -26,9 +25,9 @@ from plitzi_jobs_mysql import (
     create_scheduler,
     schedule_job_id,
 )
-from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
+from plitzi_jobs_mysql.testing import LocalMysqlServer
 
-from .conftest import open_pool
+from .conftest import open_pool, own_server_fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -38,16 +37,7 @@ CONNECTION_ERRORS = {2003, 2006, 2013, 2014, 2055}
 MINUTE = 60_000
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[LocalMysqlServer]:
-    with LocalMysqlServer(load_tz=False) as started:
-        yield started
-
-
-@pytest.fixture
-def database(server: LocalMysqlServer) -> Iterator[str]:
-    with fresh_database(server.url, "pjm_restart") as url:
-        yield url
+server, database = own_server_fixtures("pjm_restart")
 
 
 def connection_error(error: BaseException) -> bool:

@@ -158,15 +158,12 @@ class JobRun:
             ) from None
 
     def _event(self, held: _Held, kind: EventKind, **fields: Any) -> JobEvent:
+        """An event about `held`'s job: its attempt by this worker unless `fields` say otherwise."""
         job = held.job
+        fields.setdefault("attempt", job.attempts)
+        fields.setdefault("worker_id", self.worker_id)
         return JobEvent(
-            kind=kind,
-            job_id=job.id,
-            space_id=job.space_id,
-            action_id=job.action_id,
-            attempt=job.attempts,
-            max_attempts=job.max_attempts,
-            worker_id=self.worker_id,
+            kind=kind, job_id=job.id, space_id=job.space_id, action_id=job.action_id, max_attempts=job.max_attempts,
             **fields,
         )
 
@@ -188,19 +185,9 @@ class JobRun:
         job = held.job
         lost = _lost_attempt(job)
         if lost is not None:
-            previous = job.history[-1]
-            self._emit(
-                JobEvent(
-                    kind=EventKind.LOST,
-                    job_id=job.id,
-                    space_id=job.space_id,
-                    action_id=job.action_id,
-                    attempt=lost,
-                    max_attempts=job.max_attempts,
-                    worker_id=previous.worker_id,
-                    message=previous.error,
-                )
-            )
+            previous = job.history[-1]  # the attempt lost, by the worker that lost it
+            self._emit(self._event(held, EventKind.LOST, attempt=lost, worker_id=previous.worker_id,
+                                   message=previous.error))
         if self._emit.wants(EventKind.CLAIMED):
             wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
             self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))

@@ -283,6 +283,13 @@ def page(count: object, offset: object) -> None:
     integer("offset", offset, 0, INT64_MAX)
 
 
+def list_schedules_args(ids: object, count: object, offset: object) -> list[int] | None:
+    spaces = space_ids_or_all(ids)
+    if count is not None:
+        page(count, offset)
+    return spaces
+
+
 def list_jobs_args(
     ids: object, action_id: object, status: object, count: object, offset: object
 ) -> list[int] | None:

@@ -302,12 +302,13 @@ class MemoryJobQueue:
     async def list_jobs(
         self,
         *,
-        space_ids: Sequence[int],
+        space_ids: Sequence[int] | None,
         action_id: str | None = None,
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
     ) -> JobPage:
+        """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
         spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
         matching = [
             r
@@ -320,7 +321,7 @@ class MemoryJobQueue:
         return JobPage(jobs=[self._snapshot(r) for r in matching[offset : offset + limit]], total=len(matching))
 
     async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
-        spaces = None if space_ids is None else check.space_ids(space_ids)
+        spaces = check.space_ids_or_all(space_ids)
         now = self._now()
         jobs = [r.job for r in self._jobs.values() if spaces is None or r.job.space_id in spaces]
         groups = []
@@ -341,9 +342,7 @@ class MemoryJobQueue:
         self, space_ids: Sequence[int] | None, *, limit: int | None = None, offset: int = 0
     ) -> list[Schedule]:
         """The schedules of those spaces (None: of every space) by space and action; `limit`/`offset` page them."""
-        spaces = check.space_ids_or_all(space_ids)
-        if limit is not None:
-            check.page(limit, offset)
+        spaces = check.list_schedules_args(space_ids, limit, offset)
         return self._schedules.listed(spaces, limit, offset)
 
     async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:

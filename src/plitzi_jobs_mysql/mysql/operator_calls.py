@@ -46,7 +46,7 @@ class OperatorCalls(QueueCore):
         return await self._store.run(page)
 
     async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
-        spaces = None if space_ids is None else check.space_ids(space_ids)
+        spaces = check.space_ids_or_all(space_ids)
         now = await self._now_ms()
         if spaces == []:
             return QueueStats.from_groups(now, [])

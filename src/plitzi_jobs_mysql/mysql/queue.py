@@ -74,9 +74,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         if store.needs_ready:
             await store.ready()
         store.refuse_unfit("input", encoded)
-        now = self._fresh_now_ms()
-        if now is None:
-            now = await self._now_ms()
+        now = self._fresh_now_ms() or await self._now_ms()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
         sql = self._insert_one
@@ -145,9 +143,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         check.claim_args(worker_id, lease_ms, limit)
         if limit == 0:
             return []
-        now = self._fresh_now_ms()
-        if now is None:
-            now = await self._now_ms()
+        now = self._fresh_now_ms() or await self._now_ms()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
         return await self._claim(worker_id, lease_ms, limit, now)
@@ -346,9 +342,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         attempt: AttemptOutcome | None = None,
     ) -> None:
         check.settle_args(job_id, worker_id, status, delay_ms, run_id, error, attempt)
-        now = self._fresh_now_ms()
-        if now is None:
-            now = await self._now_ms()
+        now = self._fresh_now_ms() or await self._now_ms()
         args = {
             "id": job_id,
             "worker": worker_id,
@@ -379,9 +373,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         pairs = list(dict(jobs).items())  # a job named twice is settled once (the guard would skip it anyway)
         if not pairs:
             return
-        now = self._fresh_now_ms()
-        if now is None:
-            now = await self._now_ms()
+        now = self._fresh_now_ms() or await self._now_ms()
         args: dict[str, Any] = {"worker": worker_id, "now": now, "ids": [job_id for job_id, _ in pairs]}
         whens = []
         for index, (job_id, run_id) in enumerate(pairs):

@@ -81,7 +81,8 @@ class QueueCore:
         return await self._clock.now()
 
     def _fresh_now_ms(self) -> int | None:
-        """`_now_ms()` without an await when it needs none (see `StoreClock.fresh`); else None."""
+        """`_now_ms()` without an await when it needs none (see `StoreClock.fresh`); else None. The hot paths
+        (enqueue, claim, settle) read `self._fresh_now_ms() or await self._now_ms()`: an instant is never 0."""
         if self._injected_clock is not None:
             return int(self._injected_clock())
         return self._clock.fresh()

@@ -63,9 +63,7 @@ class ScheduleCalls(QueueCore):
         self, space_ids: Sequence[int] | None, *, limit: int | None = None, offset: int = 0
     ) -> list[Schedule]:
         """The schedules of those spaces (None: of every space) by space and action; `limit`/`offset` page them."""
-        spaces = check.space_ids_or_all(space_ids)
-        if limit is not None:
-            check.page(limit, offset)
+        spaces = check.list_schedules_args(space_ids, limit, offset)
         if spaces == []:
             return []
         where = "1 = 1" if spaces is None else "space_id IN %s"
