@@ -980,7 +980,7 @@ def write_report(args: argparse.Namespace, report: Report, plan: Plan, origin: s
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer reps and smaller sizes (about 2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="fewer reps and smaller sizes (about 3½ minutes)")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "RESULTS.md"))
     parser.add_argument("--only", default="", help=f"comma list of {','.join(SCENARIOS)} (default: all)")
     parser.add_argument("--loops", default="", help="drain claim loops, comma list (default 1,4,16)")
