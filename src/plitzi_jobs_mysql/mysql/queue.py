@@ -62,8 +62,19 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
 
     def _job_values(self, job: JobInput, encoded: str, now: int) -> list[Any]:
         return [
-            job.id, job.space_id, job.action_id, job.environment, job.trigger, encoded, job.due_at,
-            job.max_attempts, job.missed, job.key, job.due_at, now, now,
+            job.id,
+            job.space_id,
+            job.action_id,
+            job.environment,
+            job.trigger,
+            encoded,
+            job.due_at,
+            job.max_attempts,
+            job.missed,
+            job.key,
+            job.due_at,
+            now,
+            now,
         ]
 
     async def enqueue(self, job: JobInput) -> bool:
@@ -274,9 +285,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             return int(self._injected_clock())
         return now + (time.monotonic_ns() - started_ns) // 1_000_000
 
-    async def _unlocked(
-        self, conn: Connection, candidates: list[tuple[int, int, int]]
-    ) -> list[tuple[int, int, int]]:
+    async def _unlocked(self, conn: Connection, candidates: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
         """Where a statement's lock wait cannot be bounded (MySQL), the candidates no transaction holds right
         now. Only a hint: the locks this read takes end with it, and each claim is still a compare-and-set."""
         if not candidates:
@@ -293,6 +302,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             self._spread = min(MAX_SPREAD, self._spread * 2)
         elif self._spread > 1:
             self._spread -= 1
+
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = list(dict.fromkeys(check.heartbeat_args(job_ids, worker_id, lease_ms)))
         if not ids:
@@ -327,8 +337,11 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
                     raise
                 held.append(job_id)
         if held:
-            log.warning("could not renew the leases of %s: another transaction holds their rows; the next "
-                        "heartbeat tries again", held)
+            log.warning(
+                "could not renew the leases of %s: another transaction holds their rows; the next "
+                "heartbeat tries again",
+                held,
+            )
 
     async def settle(
         self,

@@ -85,9 +85,7 @@ def docker_mysql_url(how_to_get_one: str = "") -> Iterator[str]:
                 "(pip install 'plitzi_jobs_mysql[testing]'); " + how_to_get_one
             ) from exc
     password = secrets.token_hex(12)
-    container = MySqlContainer(
-        DOCKER_IMAGE, username="root", password=password, root_password=password, dbname="test"
-    )
+    container = MySqlContainer(DOCKER_IMAGE, username="root", password=password, root_password=password, dbname="test")
     container.with_command(
         "--character-set-server=utf8mb4 --collation-server=utf8mb4_0900_ai_ci --max-allowed-packet=64M"
     )
