@@ -138,7 +138,11 @@ class KvStore(Protocol):
 
     async def increment(self, key: str, amount: int = 1) -> int:
         """Atomic; a missing or lapsed key counts from 0 (losing its old lifetime), a live one keeps its lifetime.
-        Answers the new value; a live value that is not an integer is a `ValueError` and stays as it was."""
+        Answers the new value; a live value that is not an integer is a `ValueError` and stays as it was.
+
+        An integer here is an optional '-' and 1 to 19 ASCII digits, nothing else (no sign '+', no spaces, no line
+        break), from -2**63 to 2**63 - 1; a new value outside that range is a `ValueError` too, the value left as
+        it was. `amount` is an int from -(2**63 - 1) to 2**63 - 1."""
         ...
 
     async def expire(self, key: str, ttl_seconds: float) -> None:

@@ -354,23 +354,31 @@ def kv_write_args(key: object, value: object, ttl_seconds: object, expected: obj
     return ttl_ms(ttl_seconds)
 
 
+#: The most digits a counter's text may have (after an optional '-'): 2**63 has 19.
+COUNTER_MAX_DIGITS: Final = 19
+
+
 def increment_amount(amount: object) -> int:
+    """-(2**63 - 1) to 2**63 - 1: the MySQL kv reports "not counted" as the one value an amount of -(2**63) could
+    produce from a missing key, so neither store takes that amount."""
     return integer("amount", amount, INT64_MIN + 1, INT64_MAX)
 
 
 def increment_result(key: str, current: int, amount: int) -> int:
+    """The counter's new value, anywhere in the signed 64-bit range, both ends included."""
     result = current + amount
-    if not INT64_MIN < result <= INT64_MAX:
+    if not INT64_MIN <= result <= INT64_MAX:
         raise ValueError(f"incrementing {key!r} by {amount} leaves the signed 64-bit range")
     return result
 
 
 def parse_counter(key: str, value: str) -> int:
-    """A kv value that `increment` may count on: a plain signed 64-bit decimal integer."""
+    """A kv value that `increment` may count on: an optional '-' and 1 to 19 ASCII digits (nothing before or
+    after them, not even a line break), within the signed 64-bit range."""
     body = value[1:] if value.startswith("-") else value
-    if not body or not body.isascii() or not body.isdigit():
+    if not body or len(body) > COUNTER_MAX_DIGITS or not body.isascii() or not body.isdigit():
         raise ValueError(f"the value of {key!r} is not an integer: {value[:40]!r}")
     number = int(value)
-    if not INT64_MIN < number <= INT64_MAX:
+    if not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"the value of {key!r} is outside the signed 64-bit range")
     return number

@@ -70,17 +70,25 @@ class MysqlKv:
     async def increment(self, key: str, amount: int = 1) -> int:
         check.kv_key(key)
         check.increment_amount(amount)
-        # Counted in one statement: the new value comes back as LAST_INSERT_ID() + 2**63, and 0 means the live
-        # value was left alone (not an integer, or the sum would leave the signed 64-bit range).
+        # Counted in one statement: the new value comes back as LAST_INSERT_ID() - 2**63, and 0 means the live
+        # value was left alone (not an integer, or the sum would leave the signed 64-bit range) -- or that it
+        # was counted down to -2**63, the one new value that reads 0 too. Such a count changed the row (2
+        # affected rows, with or without CLIENT.FOUND_ROWS), a value left alone never does.
         args = {"k": key, "amount": amount}
         # Retried on a conflict: a statement that lost (a deadlock, or Galera's certification) changed nothing.
-        result = await self._store.retrying(lambda conn: conn.write_returning_id(self._sql.kv_increment, args))
-        if result == 0:
-            current = await self.get(key)
-            if current is not None:
-                check.increment_result(key, check.parse_counter(key, current), amount)  # raises the reason
-            raise ValueError(f"the value of {key!r} could not be incremented by {amount}")
-        return result - INT64_OFFSET
+        rows, result = await self._store.retrying(
+            lambda conn: conn.write_returning_id(self._sql.kv_increment, args)
+        )
+        if result != 0:
+            return result - INT64_OFFSET
+        if rows == 2:
+            return check.INT64_MIN
+        current = await self.get(key)
+        if current is not None:
+            value = check.increment_result(key, check.parse_counter(key, current), amount)  # raises the reason
+            if amount == 0:
+                return value  # -2**63 plus nothing: a count that changed nothing, so no row reported it
+        raise ValueError(f"the value of {key!r} could not be incremented by {amount}")
 
     async def expire(self, key: str, ttl_seconds: float) -> None:
         check.kv_key(key)

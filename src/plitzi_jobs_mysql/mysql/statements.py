@@ -160,6 +160,7 @@ def statements_for(prefix: str) -> Statements:
     # value fits the unsigned id and 0 can mean "not counted": one statement, whatever else writes the key.
     counted = "IF(LAST_INSERT_ID(CAST({n} + 9223372036854775808 AS UNSIGNED)) >= 0, CAST({n} AS CHAR), '')"
     current = "CAST(v AS DECIMAL(21, 0))"
+    int64 = "-9223372036854775808 AND 9223372036854775807"
     # A value compares as its bytes' length and SHA-256 (utf8mb4_bin is PAD SPACE, so `v = 'x '` would match
     # 'x'), so a swap sends its expected value as a digest and only the new value whole.
     same_value = "LENGTH(v) = %s AND SHA2(v, 256) = %s"
@@ -356,15 +357,18 @@ def statements_for(prefix: str) -> Statements:
         kv_set=f"REPLACE INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete=f"DELETE FROM {kv} WHERE k = %s",
         # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is
-        # not a counter, or a sum outside the signed 64-bit range, is left as it was and reported as 0.
+        # not a counter, or a sum outside the signed 64-bit range, is left as it was and reported as 0. A counter
+        # is '-'? and 1 to 19 digits, whole: `$` matches before a final line break too (PCRE and ICU alike, and
+        # ICU before \r, U+2028 and others as well), so a second test refuses any other character in the value.
+        # Neither needs a backslash, which sql_mode NO_BACKSLASH_ESCAPES would read differently.
         kv_increment=(
             f"INSERT INTO {kv} (k, v, expires_at) VALUES (%(k)s, "
             + counted.format(n="CAST(%(amount)s AS DECIMAL(21, 0))")
             + ", NULL) ON DUPLICATE KEY UPDATE "
             f"v = IF({lapsed}, "
             + counted.format(n="CAST(%(amount)s AS DECIMAL(21, 0))")
-            + ", IF(v REGEXP '^-?[0-9]{1,19}$' AND "
-            f"{current} + %(amount)s BETWEEN -9223372036854775807 AND 9223372036854775807, "
+            + ", IF(v REGEXP '^-?[0-9]{1,19}$' AND v NOT REGEXP '[^-0-9]' "
+            f"AND {current} BETWEEN {int64} AND {current} + %(amount)s BETWEEN {int64}, "
             + counted.format(n=f"({current} + %(amount)s)")
             + ", IF(LAST_INSERT_ID(0) = 0, v, v))), "
             f"expires_at = IF({lapsed}, NULL, expires_at)"
