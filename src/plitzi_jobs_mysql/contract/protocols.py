@@ -34,7 +34,8 @@ class JobQueue(Protocol):
         ...
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
-        """`enqueue`'s rule for a batch, answered per job in order, in a handful of round trips."""
+        """`enqueue`'s rule for a batch, answered per job in order, in a handful of round trips. `jobs` is a
+        sequence (a list or tuple); anything else, a generator included, is a `TypeError` and nothing is written."""
         ...
 
     async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
@@ -111,7 +112,8 @@ class JobQueue(Protocol):
 
     async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
         """A `pending` job becomes `cancelled`; a `running` one gets `cancel_requested` (its worker hears it on
-        the next heartbeat). False for anything else."""
+        the next heartbeat; asked again, it answers True and changes nothing, `updated_at` included). False for
+        anything else."""
         ...
 
     async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:

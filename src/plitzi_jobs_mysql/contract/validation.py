@@ -181,6 +181,14 @@ def job_input(job: object) -> str:
     return encode_input(job.input)
 
 
+def job_inputs(jobs: object) -> list[str]:
+    """Checks every job of an `enqueue_many` batch before any is written; answers their encoded inputs. The batch
+    must be a sequence: a generator would be used up by the checks and leave nothing to write."""
+    if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a sequence of JobInput (a list or tuple), not {type(jobs).__name__}")
+    return [job_input(job) for job in jobs]
+
+
 def claim_args(worker: object, lease_ms: object, count: object) -> None:
     worker_id(worker)
     duration_ms("lease_ms", lease_ms)

@@ -162,7 +162,7 @@ class MemoryJobQueue:
         return created
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
-        encoded = [check.job_input(job) for job in jobs]  # all checked before any is written
+        encoded = check.job_inputs(jobs)  # all checked before any is written
         at = self._now()
         answers = [self._insert(job, text, at) for job, text in zip(jobs, encoded, strict=True)]
         self._evict()
@@ -371,7 +371,7 @@ class MemoryJobQueue:
         at = self._now()
         if row.job.status == "pending":
             self._update(row, row.job, status="cancelled", worker_id=None, updated_at=at)
-        else:
+        elif not row.job.cancel_requested:  # asked again: the cancel stands, and nothing changes
             self._update(row, row.job, cancel_requested=True, updated_at=at)
         self._evict()
         return True

@@ -76,9 +76,7 @@ class MysqlKv:
         # affected rows, with or without CLIENT.FOUND_ROWS), a value left alone never does.
         args = {"k": key, "amount": amount}
         # Retried on a conflict: a statement that lost (a deadlock, or Galera's certification) changed nothing.
-        rows, result = await self._store.retrying(
-            lambda conn: conn.write_returning_id(self._sql.kv_increment, args)
-        )
+        rows, result = await self._store.retrying(lambda conn: conn.write_returning_id(self._sql.kv_increment, args))
         if result != 0:
             return result - INT64_OFFSET
         if rows == 2:
