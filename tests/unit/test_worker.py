@@ -14,6 +14,7 @@ import pytest
 import plitzi_jobs_mysql.runtime.settles as settles_module
 import plitzi_jobs_mysql.runtime.single_flight as single_flight
 import plitzi_jobs_mysql.runtime.worker as worker_module
+from plitzi_jobs_mysql.contract import validation as check
 from plitzi_jobs_mysql.contract.events import EventKind, JobEvent
 from plitzi_jobs_mysql.contract.protocols import JobQueue
 from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv, wall_clock_ms
@@ -386,6 +387,33 @@ async def test_a_huge_exception_message_is_clipped_so_the_store_takes_it() -> No
     assert errors == []
 
 
+async def test_text_the_store_could_not_hold_is_recorded_escaped_not_refused() -> None:
+    # A lone surrogate (a `bytes.decode(errors="surrogateescape")`, say) is not text the store takes: the worker
+    # writes it escaped, by the store's own rule, rather than have every settle of the job refused.
+    _, queue = fixed_queue()
+    for job_id in ("a", "b", "c"):
+        await enqueue(queue, job_id)
+
+    async def handler(job: Job) -> str:
+        if job.id == "a":
+            raise PermanentFailure("bad byte \udcff here")
+        if job.id == "b":
+            raise ValueError("\ud800" * 1_000)
+        return "run-\udcff"
+
+    errors: list[BaseException] = []
+    worker = create_job_worker(queue=queue, handler=handler, on_error=errors.append, backoff_base_ms=60_000)
+    await worker.poll()
+    a = await wait_for_job(queue, "a", "dead")
+    b = await wait_for_job(queue, "b", "pending")
+    c = await wait_for_job(queue, "c", "succeeded")
+    await worker.stop()
+    assert a.error == "bad byte \\udcff here"
+    assert b.error is not None and b.error.startswith("ValueError: \\ud800\\ud800") and len(b.error) <= 4_000
+    assert c.run_id == "run-\\udcff"
+    assert errors == []
+
+
 async def test_a_settle_that_raises_is_reported_and_tried_again_while_the_lease_holds() -> None:
     _, base = fixed_queue()
     await enqueue(base, "a")
@@ -752,6 +780,14 @@ def test_the_default_worker_id_names_host_process_and_a_random_part() -> None:
     assert host == socket.gethostname()[:120] and pid == str(os.getpid())
     assert len(rand) == 8 and int(rand, 16) >= 0
     assert one.worker_id != two.worker_id
+
+
+def test_a_host_name_that_is_not_utf8_still_makes_a_worker_id_the_store_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(worker_module.socket, "gethostname", lambda: "h\udcff" + "ö" * 300)
+    worker = create_job_worker(queue=create_memory_job_queue(), handler=Gate())
+    host = worker.worker_id.rsplit(":", 2)[0]
+    assert host.startswith("h\\udcffö") and len(host) == 120
+    check.worker_id(worker.worker_id)
 
 
 def test_arguments_are_checked() -> None:

@@ -51,6 +51,15 @@ def text(name: str, value: object, max_chars: int, *, allow_empty: bool = False)
     return value
 
 
+def storable_text(value: str, max_chars: int) -> str:
+    """`value` made into text that `text()` accepts, for what a store is given from elsewhere (an exception's
+    message, a handler's answer): a lone surrogate, which no UTF-8 can hold, written as its escape (`\\udcff`),
+    and the whole clipped to `max_chars` with an ellipsis."""
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
+
+
 def optional_text(name: str, value: object, max_chars: int) -> str | None:
     return None if value is None else text(name, value, max_chars)
 

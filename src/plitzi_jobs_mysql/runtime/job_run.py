@@ -67,7 +67,7 @@ def _log_error(error: BaseException) -> None:
 
 
 def _clip(text: str, limit: int = ERROR_CLIP_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return check.storable_text(text, limit)  # what the store takes whole, so the settle is never refused
 
 
 def _describe(error: BaseException) -> str:

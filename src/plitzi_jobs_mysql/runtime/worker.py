@@ -55,7 +55,8 @@ MAX_CLAIMS_IN_FLIGHT: Final = 2
 
 
 def _default_worker_id() -> str:
-    return f"{socket.gethostname()[:120]}:{os.getpid()}:{secrets.token_hex(4)}"
+    # A host name that is not UTF-8 comes back with lone surrogates, which no store takes as a worker id.
+    return f"{check.storable_text(socket.gethostname(), 120)}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 class JobWorker(JobRun):
