@@ -195,6 +195,16 @@ async def test_keys_taken_and_given_back_in_batches_keep_swap_rules(kv: Any) -> 
     assert await kv.take_absent([], 60) == []
 
 
+async def test_a_key_that_already_holds_the_same_value_is_not_taken_again(kv: Any) -> None:
+    # take_absent is swap(key, None, value) per pair: a live key is present whatever it holds, the very value
+    # given included (a worker's own token on a job it still runs must not let it start the job twice).
+    await kv.set("mine", "me-1", 60)
+    assert await kv.take_absent([("mine", "me-1"), ("free", "me-2")], 60) == [False, True]
+    assert await kv.take_absent([("mine", "me-1")], 60) == [False]
+    assert await kv.take_absent([("free", "me-2"), ("mine", "me-1")], None) == [False, False]
+    assert [await kv.get(k) for k in ("mine", "free")] == ["me-1", "me-2"]
+
+
 async def test_the_memory_queue_claims_from_its_heaps_exactly_as_a_full_sort_would() -> None:
     """A random walk of enqueues, claims, heartbeats, settles, cancels and lapsed leases: every claim takes the
     jobs a sort of every job by (run_at, enqueue order) would (the rule the heaps replace)."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pymysql
-from pymysql.constants import CLIENT, ER
+from pymysql.constants import ER
 
 from ..contract import validation as check
 from ..errors import KvRowLockedError, StoreUnavailableError
@@ -134,7 +134,7 @@ class MysqlKv:
 
     async def take_absent(self, pairs: Sequence[tuple[str, str]], ttl_seconds: float | None = None) -> list[bool]:
         """`swap(key, None, value, ttl_seconds)` for many keys, answered per pair: one statement when every key
-        was absent (a worker's single-flight keys for one claim), a read and per-key swaps for the rest."""
+        was absent (a worker's single-flight keys for one claim), a read and per-key swaps when one was not."""
         items = list(pairs)
         ttl = None
         for key, value in items:
@@ -145,29 +145,18 @@ class MysqlKv:
             return []
         args = [arg for key, value in items for arg in (key, value, ttl)]
         sql = self._sql.kv_insert_absent.format(values=", ".join([self._sql.kv_insert_absent_values] * len(items)))
-
-        async def insert(conn: Connection) -> list[tuple[Any, ...]] | None:
-            inserted = await conn.write(sql, args)
-            # With CLIENT.FOUND_ROWS a key left alone counts 1 too: then the count proves nothing.
-            if inserted == len(items) and not getattr(conn.raw, "client_flag", 0) & CLIENT.FOUND_ROWS:
-                return None
-            return await conn.fetch(self._sql.kv_holders, ([k for k, _ in items],))
-
         try:
-            rows = await self._store.run(insert)
-            if rows is None:
-                return [True] * len(items)
+            # All or nothing: a key that exists (live or lapsed) fails the whole statement with 1062.
+            await self._store.run(lambda conn: conn.write(sql, args))
+            return [True] * len(items)
         except pymysql.err.MySQLError as error:
-            if not is_conflict(error):
+            if not (is_duplicate(error) or is_conflict(error)):  # a conflict: lost to another writer (Galera)
                 raise
-            rows = []  # lost to another writer (on Galera, at COMMIT): ask key by key
-        holding = {as_text(k): str(v) for k, v in rows}
-        answers = [holding.get(key) == value for key, value in items]
-        # Taken, or lapsed: swap() knows a lapsed key is absent.
-        for index, (key, value) in enumerate(items):
-            if not answers[index] and key not in holding:
-                answers[index] = await self.swap(key, None, value, ttl_seconds)
-        return answers
+        # Nothing was written. A live key is present, whatever it holds (the very value given included); the
+        # others are absent or lapsed, which swap() tells apart.
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.kv_holders, ([k for k, _ in items],)))
+        live = {as_text(k) for k, _v in rows}
+        return [key not in live and await self.swap(key, None, value, ttl_seconds) for key, value in items]
 
     async def delete_unchanged(self, pairs: Sequence[tuple[str, str]]) -> None:
         """Deletes each key that still holds the value paired with it, in one statement per 500 pairs: a

@@ -379,11 +379,11 @@ def statements_for(prefix: str) -> Statements:
         kv_replace=(f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND {same_value} AND {live}"),
         kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND {same_value} AND {live}",
         kv_purge_lapsed=f"DELETE FROM {kv} WHERE expires_at <= {NOW_MS} LIMIT %s",
-        # Many `swap(k, None, v)` in one statement: a key that exists is left exactly as it was (no IGNORE, which
-        # would turn other errors into warnings and send a SHOW WARNINGS), and counts 0 rows without
-        # CLIENT.FOUND_ROWS; the caller reads which keys it got unless every row counted as inserted.
+        # Many `swap(k, None, v)` in one statement, all or nothing: a key that exists fails it with 1062 and the
+        # caller asks key by key. Not an upsert leaving existing keys alone: its affected rows cannot tell a key
+        # this statement wrote from one that already held the same value, which swap() answers False for.
         kv_insert_absent_values=f"(%s, %s, {NOW_MS} + %s)",
-        kv_insert_absent=f"INSERT INTO {kv} (k, v, expires_at) VALUES {{values}} ON DUPLICATE KEY UPDATE k = k",
+        kv_insert_absent=f"INSERT INTO {kv} (k, v, expires_at) VALUES {{values}}",
         kv_holders=f"SELECT k, v FROM {kv} WHERE k IN %s AND {live}",
         # Deletes each key only while it still holds the value given with it (an OR of primary-key lookups).
         # The values here are a worker's short tokens, sent whole and compared as bytes (PAD SPACE would not do).
