@@ -30,6 +30,10 @@ class Clock:
         """The contract's `advance` for a queue built over this clock."""
         self.now += ms
 
+    async def rewind(self, ms: int) -> None:
+        """The contract's `rewind`: the clock stepping back."""
+        self.now -= ms
+
 
 @pytest.fixture(scope="session")
 def mysql_url() -> Iterator[str]:

@@ -65,6 +65,10 @@ class TestMysqlJobQueue(JobQueueContract):
     def advance(self, queue: JobQueue, clock: Clock | None) -> Advance:
         return real_time_advance(queue) if clock is None else clock.advance
 
+    @pytest.fixture
+    def rewind(self, clock: Clock | None) -> Advance | None:
+        return None if clock is None else clock.rewind
+
 
 class TestMysqlKv(KvContract):
     @pytest.fixture

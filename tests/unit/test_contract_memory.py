@@ -27,6 +27,10 @@ class TestMemoryJobQueue(JobQueueContract):
     def advance(self, clock: Clock) -> Advance:
         return clock.advance
 
+    @pytest.fixture
+    def rewind(self, clock: Clock) -> Advance:
+        return clock.rewind
+
 
 class TestMemoryKv(KvContract):
     @pytest.fixture

@@ -187,6 +187,10 @@ class MemoryJobQueue:
             if not self._current(row, version):
                 continue
             job = row.job
+            if job.status == "running" and (job.lease_until or 0) >= at:
+                # Found lapsed by an earlier claim, but the clock has stepped back since: under its lease again.
+                heapq.heappush(self._leases, (job.lease_until or 0, row.seq, version, row))
+                continue
             if job.status == "running":
                 lost = Attempt(
                     attempt=len(job.history) + 1,

@@ -11,7 +11,8 @@ attempt. Subclass a suite and supply a fixture that yields a fresh, empty subjec
 
 Time moves through the `advance` fixture: by default real time passes (leases are tens of milliseconds and the
 tests poll the store's clock until it has moved on, never a fixed sleep); a store that takes an injected clock
-overrides `advance` to move it at once, so the suite runs without waiting. The kv suite always runs on the
+overrides `advance` to move it at once, so the suite runs without waiting, and `rewind` to move it back (the
+tests of a clock stepping back skip without it). The kv suite always runs on the
 store's own clock: a kv lifetime is judged by the store itself.
 """
 
@@ -38,3 +39,10 @@ class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, Operato
     def advance(self, queue: JobQueue) -> Advance:
         """Moves the queue's clock on by at least `ms`; override it where the queue takes an injected clock."""
         return real_time_advance(queue)
+
+    @pytest.fixture
+    def rewind(self) -> Advance | None:
+        """Moves the queue's clock BACK by `ms` (a store's clock may step back: a failover to a primary a little
+        behind, a time step); None where it cannot be moved back, and the tests needing it are skipped. Override
+        it where the queue takes an injected clock."""
+        return None
