@@ -9,7 +9,7 @@ shrunk, tests/harness/differential_run.py).
 Normalised, because the contract leaves it open, and only that:
 - instants: both sides read ONE injected clock (the queues through `clock=`; the MySQL kv judges lifetimes by the
   server's clock in the statement, so its connection's `SET SESSION timestamp` is moved to the same instant before
-  every kv call);
+  every kv call). The queues' clock steps back now and then, the kvs' never does (`SharedClock`);
 - which of several concurrent claims answered a job (a `burst`, each claim on a queue of its own as separate
   replicas are), and that they may come back short having lost races: each may take every job claimable then, a
   lone claim takes what they left (as the next poll would), and the union of the answers is compared;
@@ -210,7 +210,8 @@ class Generator:
     # -- the clock and the queue ----------------------------------------------------------------------------
 
     def advance(self, _jobs: list[Job], _due: Any) -> Op:
-        ms = self.pick([0, 1, 10, 250, 999, 1_000, 1_001, 3_000, 5_000, 30_001, 60_000])
+        # Now and then back a little: a store's clock may step back (a failover to a primary a little behind).
+        ms = self.pick([0, 1, 10, 250, 999, 1_000, 1_001, 3_000, 5_000, 30_001, 60_000, -1, -1_500])
         self.now += ms
         return op("clock", "advance", ms=ms)
 
@@ -373,7 +374,15 @@ class Generator:
                 to_at=at + self.pick([60_000, 3_600_000]),
                 missed=self.pick([0, 0, 2]),
             )
-        return op("queue", "list_schedules", space_ids=self.spaces())
+        if self.maybe(0.5):
+            return op("queue", "list_schedules", space_ids=self.spaces())
+        return op(
+            "queue",
+            "list_schedules",
+            space_ids=self.spaces(),
+            limit=self.pick([0, 1, 2, 50]),
+            offset=self.pick([0, 1, 3]),
+        )
 
     # -- the kv ---------------------------------------------------------------------------------------------
 

@@ -24,13 +24,23 @@ from .differential import BURST_WORKER, KV_KEYS, START_MS, Generator, Op, claima
 
 
 class SharedClock:
-    """The one clock both sides read (epoch ms); only `clock.advance` operations move it."""
+    """The one clock both sides read (epoch ms); only `clock.advance` operations move it, now and then back.
+
+    The kv stores read `kv_now`, which never steps back: a key that lapsed may be removed at any moment after
+    (the contract leaves when), so one brought back to life by a clock stepping back is there or not by chance."""
 
     def __init__(self) -> None:
-        self.now = START_MS
+        self.now = self.kv_now = START_MS
 
     def __call__(self) -> int:
         return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+        self.kv_now = max(self.kv_now, self.now)
+
+    def kv_clock(self) -> int:
+        return self.kv_now
 
 
 @dataclass
@@ -62,7 +72,7 @@ class Stacks:
         clock = SharedClock()
         await self._empty_tables()
         memory_queue = create_memory_job_queue(retain_finished=1_000_000, clock=clock)
-        memory = Side("memory", memory_queue, create_memory_kv(clock=clock), [memory_queue] * 3, _nothing)
+        memory = Side("memory", memory_queue, create_memory_kv(clock=clock.kv_clock), [memory_queue] * 3, _nothing)
         queues = [create_mysql_job_queue(self.queue_pool, table_prefix=self.prefix, clock=clock) for _ in range(4)]
         for queue in queues:
             queue._lapsed_read_every_ms = 0  # looks for lapsed leases on every claim, as the memory queue does
@@ -71,7 +81,7 @@ class Stacks:
         async def server_time() -> None:
             # The kv pool holds ONE connection: its session's clock is the server's clock for every kv statement.
             async with self.kv_pool.acquire() as conn, conn.cursor() as cur:
-                await cur.execute(f"SET SESSION timestamp = {clock.now // 1000}.{clock.now % 1000:03d}")
+                await cur.execute(f"SET SESSION timestamp = {clock.kv_now // 1000}.{clock.kv_now % 1000:03d}")
 
         return clock, memory, Side("mysql", queues[0], kv, queues[1:], server_time)
 
@@ -154,7 +164,7 @@ async def step(index: int, op: Op, clock: SharedClock, memory: Side, mysql: Side
     """One operation on both sides: the answers compared, then what it may have changed (a job's `updated_at`
     moved by one side only would otherwise show only in a later listing's order, if at all)."""
     if op.target == "clock":
-        clock.now += dict(op.kwargs)["ms"]
+        clock.advance(dict(op.kwargs)["ms"])
         return None
     limit = 1
     if op.target == "burst":  # every claim of it may take every job claimable now (the memory queue counts them)
