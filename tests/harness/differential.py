@@ -196,8 +196,9 @@ class Generator:
         """`jobs`: every job the memory queue holds; `due_schedules`: (space, action, next_run_at) of its schedules."""
         kinds = [
             (8, self.advance), (12, self.enqueue), (4, self.enqueue_many), (10, self.claim), (2, self.burst),
-            (5, self.heartbeat), (12, self.settle), (5, self.cancel), (3, self.requeue), (2, self.cancel_pending),
-            (4, self.read_jobs), (3, self.schedules), (12, self.kv), (1, self.bad_job), (2, self.bad_call),
+            (5, self.heartbeat), (12, self.settle), (3, self.settle_succeeded), (5, self.cancel), (3, self.requeue),
+            (2, self.cancel_pending), (4, self.read_jobs), (3, self.schedules), (12, self.kv), (1, self.bad_job),
+            (2, self.bad_call),
         ]  # fmt: skip
         total = sum(weight for weight, _ in kinds)
         roll = self.rng.randrange(total)
@@ -299,6 +300,13 @@ class Generator:
             error=self.pick([None, "oops"]),
             attempt=attempt,
         )
+
+    def settle_succeeded(self, jobs: list[Job], _due: Any) -> Op:
+        """The worker's batch of succeeded settles (the MySQL queue's; the memory side settles them one by one)."""
+        worker, _ = self.holder_and_job(jobs)
+        mine = [j.id for j in jobs if j.worker_id == worker and j.status == "running"]
+        ids = [i for i in mine if self.maybe(0.7)] + [self.pick(JOB_IDS) for _ in range(self.rng.randrange(0, 2))]
+        return op("queue", "settle_succeeded", worker_id=worker, jobs=[(i, self.pick([None, "r-1", "é"])) for i in ids])
 
     def spaces(self) -> list[int] | None:
         return self.pick([[1], [2], [1, 2], [], None])
