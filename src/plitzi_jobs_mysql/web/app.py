@@ -72,6 +72,18 @@ def dashboard_of(request: Request) -> Dashboard:
     return found
 
 
+def check_settings(
+    spaces: Sequence[int] | None, read_only: object, token: object
+) -> tuple[list[int] | None, bool, str | None]:
+    """`create_dashboard`'s settings, checked (the command checks them before it connects)."""
+    scope = None if spaces is None else check.space_ids(list(spaces))
+    if scope == []:
+        raise ValueError("spaces must name at least one space, or be None for every space")
+    if not isinstance(read_only, bool):
+        raise TypeError(f"read_only must be a bool, not {type(read_only).__name__}")
+    return scope, read_only, check_token(token)
+
+
 def create_dashboard(
     queue: JobQueue, *, spaces: Sequence[int] | None = None, read_only: bool = False, token: str | None = None
 ) -> Starlette:
@@ -85,12 +97,8 @@ def create_dashboard(
     """
     if not isinstance(queue, JobQueue):
         raise TypeError(f"queue must be a JobQueue, not {type(queue).__name__}")
-    scope = None if spaces is None else check.space_ids(list(spaces))
-    if scope == []:
-        raise ValueError("spaces must name at least one space, or be None for every space")
-    if not isinstance(read_only, bool):
-        raise TypeError(f"read_only must be a bool, not {type(read_only).__name__}")
-    guard = Guard(check_token(token))
+    scope, read_only, token = check_settings(spaces, read_only, token)
+    guard = Guard(token)
     caps = capabilities_of(queue)
     templates = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined,

@@ -119,7 +119,7 @@ def csrf_token(request: Request) -> str:
     existing = request.cookies.get(CSRF_COOKIE)
     if existing and 20 <= len(existing) <= 100 and existing.isascii():
         return existing
-    new = request.state.__dict__.get("new_csrf")
+    new = getattr(request.state, "new_csrf", None)
     if new is None:
         new = secrets.token_urlsafe(32)
         request.state.new_csrf = new
@@ -127,7 +127,7 @@ def csrf_token(request: Request) -> str:
 
 
 def with_csrf_cookie(response: Response, request: Request) -> None:
-    new = request.state.__dict__.get("new_csrf")
+    new = getattr(request.state, "new_csrf", None)
     if new is not None:
         response.set_cookie(
             CSRF_COOKIE, new, path=mount_path(request) or "/", httponly=True, samesite="strict",
