@@ -96,6 +96,25 @@ async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
             "schedules": "/schedules",
         }
         results = []
+        # The queue reads the pages stand on, alone: which part of a page's time is whose.
+        hour = now // 3_600_000 * 3_600_000
+        reads = {
+            "read: stats() (overview counts)": lambda: queue.stats(space_ids=None),
+            "read: finished_counts, current hour (overview chart, warm)": lambda: queue.finished_counts(
+                space_ids=None, since=hour, until=now + 1),
+            "read: finished_counts, 24 hours (overview chart, cold)": lambda: queue.finished_counts(
+                space_ids=None, since=hour - 23 * 3_600_000, until=now + 1),
+            "read: list_jobs(limit=50) with its exact total": lambda: queue.list_jobs(space_ids=None, limit=50),
+        }  # fmt: skip
+        for name, call in reads.items():
+            await call()
+            times = []
+            for _ in range(reps):
+                started = time.perf_counter()
+                await call()
+                times.append((time.perf_counter() - started) * 1000)
+            results.append((name, statistics.median(times), times))
+            log(f"  {name}: {statistics.median(times):.1f} ms")
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1",
                                      timeout=600) as client:  # fmt: skip
             started = time.perf_counter()
