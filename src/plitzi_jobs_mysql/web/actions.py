@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ..contract.clock import to_epoch_ms
 from . import params
 from .security import CSRF_FIELD, FORM_MAX_BYTES, cross_site, csrf_valid, mount_path
 
@@ -133,7 +134,7 @@ async def login(request: Request) -> Response:
         return d.render(request, "login.html", status_code=401, title="Log in", nav="", now=None, failed=True,
                         next=_next_path(fields.get("next")))  # fmt: skip
     response = RedirectResponse(f"{mount_path(request)}{_next_path(fields.get('next'))}", status_code=303)
-    d.guard.set_session(response, request)
+    d.guard.set_session(response, request, to_epoch_ms(await d.queue.now()))
     return response
 
 

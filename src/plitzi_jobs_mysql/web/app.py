@@ -21,13 +21,23 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..contract import validation as check
+from ..contract.clock import to_epoch_ms
 from ..contract.protocols import JobQueue
 from ..errors import StoreUnavailableError
 from . import actions, pages
 from .activity import Activity
 from .capabilities import Capabilities, capabilities_of
 from .params import BadRequest
-from .security import OPEN_PATHS, Guard, check_token, csrf_token, mount_path, with_csrf_cookie, with_headers
+from .security import (
+    OPEN_PATHS,
+    SESSION_COOKIE,
+    Guard,
+    check_token,
+    csrf_token,
+    mount_path,
+    with_csrf_cookie,
+    with_headers,
+)
 
 log = logging.getLogger("plitzi_jobs_mysql.web")
 HERE = Path(__file__).parent
@@ -143,7 +153,8 @@ async def _guarded(request: Request, call_next: RequestResponseEndpoint) -> Resp
     """The token on every request but the login form and the stylesheet; the headers on every response."""
     dashboard = dashboard_of(request)
     path = request.url.path.removeprefix(mount_path(request)) or "/"
-    if not path.startswith(OPEN_PATHS) and not dashboard.guard.authenticated(request):
+    now_ms = to_epoch_ms(await dashboard.queue.now()) if SESSION_COOKIE in request.cookies else 0
+    if not path.startswith(OPEN_PATHS) and not dashboard.guard.authenticated(request, now_ms):
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             target = path + (f"?{request.url.query}" if request.url.query else "")
             response: Response = RedirectResponse(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from typing import Final
 from urllib.parse import urlsplit
@@ -81,17 +80,17 @@ class Guard:
         assert self._key is not None
         return hmac.new(self._key, issued.encode(), hashlib.sha256).hexdigest()
 
-    def new_session(self) -> str:
-        issued = str(int(time.time()))
+    def new_session(self, now_ms: int) -> str:
+        issued = str(now_ms // 1000)
         return f"{issued}.{self._mac(issued)}"
 
-    def _session_valid(self, value: str | None) -> bool:
+    def _session_valid(self, value: str | None, now_ms: int) -> bool:
         if self._key is None or not value or value.count(".") != 1:
             return False
         issued, mac = value.split(".")
         if not issued.isdigit() or not hmac.compare_digest(mac.encode(), self._mac(issued).encode()):
             return False
-        return 0 <= time.time() - int(issued) <= SESSION_MAX_AGE_S
+        return 0 <= now_ms // 1000 - int(issued) <= SESSION_MAX_AGE_S
 
     def bearer(self, request: Request) -> bool:
         """The request carries the token in an `Authorization: Bearer` header."""
@@ -99,14 +98,16 @@ class Guard:
         scheme, _, presented = header.partition(" ")
         return self._token is not None and scheme.lower() == "bearer" and self.token_matches(presented.strip())
 
-    def authenticated(self, request: Request) -> bool:
+    def authenticated(self, request: Request, now_ms: int) -> bool:
+        """The token is not required, or comes as a bearer header or a live session cookie (aged by `now_ms`, the
+        store's clock, which every replica serving the dashboard shares)."""
         if self._token is None:
             return True
-        return self.bearer(request) or self._session_valid(request.cookies.get(SESSION_COOKIE))
+        return self.bearer(request) or self._session_valid(request.cookies.get(SESSION_COOKIE), now_ms)
 
-    def set_session(self, response: Response, request: Request) -> None:
+    def set_session(self, response: Response, request: Request, now_ms: int) -> None:
         response.set_cookie(
-            SESSION_COOKIE, self.new_session(), max_age=SESSION_MAX_AGE_S, path=mount_path(request) or "/",
+            SESSION_COOKIE, self.new_session(now_ms), max_age=SESSION_MAX_AGE_S, path=mount_path(request) or "/",
             httponly=True, samesite="strict", secure=request.url.scheme == "https",
         )  # fmt: skip
 
