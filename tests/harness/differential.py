@@ -330,11 +330,21 @@ class Generator:
         return op("queue", "cancel_pending", space_id=self.pick(SPACES), key=self.pick(["k1", "k2"]), older_than=older)
 
     def read_jobs(self, jobs: list[Job], _due: Any) -> Op:
-        roll = self.rng.randrange(3)
+        roll = self.rng.randrange(4)
         if roll == 0:
             return op("queue", "get_job", space_ids=self.pick([[1], [2], [1, 2], []]), job_id=self.pick(JOB_IDS))
         if roll == 1:
             return op("queue", "stats", space_ids=self.spaces())
+        if roll == 2:
+            since = max(0, self.now - self.pick([0, 60_000, 600_000, 3_600_000]))
+            return op(
+                "queue",
+                "finished_counts",
+                space_ids=self.spaces(),
+                since=since,
+                until=self.now + self.pick([0, 1, 60_000]),
+                bucket_ms=self.pick([60_000, 3_600_000]),
+            )
         return op(
             "queue",
             "list_jobs",
