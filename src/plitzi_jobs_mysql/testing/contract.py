@@ -11,9 +11,9 @@ attempt. Subclass a suite and supply a fixture that yields a fresh, empty subjec
 
 Time moves through the `advance` fixture: by default real time passes (leases are tens of milliseconds and the
 tests poll the store's clock until it has moved on, never a fixed sleep); a store that takes an injected clock
-overrides `advance` to move it at once, so the suite runs without waiting, and `rewind` to move it back (the
-tests of a clock stepping back skip without it). The kv suite always runs on the
-store's own clock: a kv lifetime is judged by the store itself.
+overrides `advance` to move it at once, so the suite runs without waiting; such a store may also mix in
+`ClockStepContract` (clock_contract.py) with a `rewind` fixture, for a clock that steps back. The kv suite always
+runs on the store's own clock: a kv lifetime is judged by the store itself.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import pytest
 
 from ..contract.protocols import JobQueue
 from .activity_contract import ActivityContract
+from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
 from .schedule_contract import OperatorContract, ScheduleContract
 from .support import Advance, real_time_advance
 
-__all__ = ["JobQueueContract", "KvContract"]
+__all__ = ["ClockStepContract", "JobQueueContract", "KvContract"]
 
 
 class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract):
@@ -40,10 +41,3 @@ class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, Operato
     def advance(self, queue: JobQueue) -> Advance:
         """Moves the queue's clock on by at least `ms`; override it where the queue takes an injected clock."""
         return real_time_advance(queue)
-
-    @pytest.fixture
-    def rewind(self) -> Advance | None:
-        """Moves the queue's clock BACK by `ms` (a store's clock may step back: a failover to a primary a little
-        behind, a time step); None where it cannot be moved back, and the tests needing it are skipped. Override
-        it where the queue takes an injected clock."""
-        return None

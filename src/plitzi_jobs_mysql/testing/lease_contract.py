@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from ..contract.protocols import JobQueue
 from ..records import AttemptOutcome
 from .support import Advance, claim_one, job, now_ms
@@ -95,24 +93,6 @@ class LeaseContract:
         await queue.enqueue(job())
         await claim_one(queue, "w1", lease_ms=60_000)
         assert await queue.claim(worker_id="w2", lease_ms=60_000, limit=5) == []
-
-    async def test_a_lease_lapses_only_while_the_clock_reads_past_it(
-        self, queue: JobQueue, advance: Advance, rewind: Advance | None
-    ) -> None:
-        # The store's clock may step back: a lease that a claim found lapsed is under its lease again once the
-        # clock reads before its end, and is not taken over then (its worker may well be running it).
-        if rewind is None:
-            pytest.skip("this store's clock cannot be moved back here")
-        await queue.enqueue_many([job("short"), job("long")])
-        await claim_one(queue, "w1", lease_ms=1_000)
-        await claim_one(queue, "w1", lease_ms=5_000)
-        await advance(5_001)  # both lapsed; one claim takes the older over
-        assert (await claim_one(queue, "w2", lease_ms=60_000)).id == "short"
-        await rewind(3_000)  # "long" is under its lease again
-        assert await queue.claim(worker_id="w3", lease_ms=60_000, limit=5) == []
-        await advance(3_000)
-        taken = await queue.claim(worker_id="w3", lease_ms=60_000, limit=5)
-        assert [(j.id, j.worker_id, [a.status for a in j.history]) for j in taken] == [("long", "w3", ["lost"])]
 
     # -- heartbeat ------------------------------------------------------------------------------------------
 
