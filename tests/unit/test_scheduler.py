@@ -17,7 +17,7 @@ from plitzi_jobs_mysql.records import MissedFires, Schedule, ScheduleInput
 from plitzi_jobs_mysql.runtime.scheduler import PARK_MS, create_scheduler
 from plitzi_jobs_mysql.runtime.schedules import ActionEntry, ScheduleTrigger, schedule_job_id
 
-from ..conftest import Clock
+from ..support import Clock, wait_for
 
 MINUTE = 60_000
 T = int(datetime(2024, 1, 15, 10, 0, tzinfo=UTC).timestamp() * 1000)  # a whole minute
@@ -56,14 +56,6 @@ class Proxy:
             return await target(*args, **kwargs)
 
         return call
-
-
-async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def schedule(
@@ -346,7 +338,7 @@ async def test_start_reconciles_the_listed_spaces_and_sweeps_on_a_timer(
             await asyncio.sleep(0.01)
     finally:
         scheduler.stop()
-    assert not scheduler._tasks
+    assert not scheduler.running
 
 
 async def test_start_uses_the_spaces_argument_without_list_scheduled_spaces() -> None:
