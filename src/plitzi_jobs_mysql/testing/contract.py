@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 
 from ..contract.protocols import JobQueue
+from .activity_contract import ActivityContract
 from .capability_contract import CapabilityContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
@@ -30,7 +31,9 @@ from .support import Advance, real_time_advance
 __all__ = ["JobQueueContract", "KvContract"]
 
 
-class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, CapabilityContract):
+class JobQueueContract(
+    EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract, CapabilityContract
+):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 
     pytestmark = pytest.mark.asyncio
