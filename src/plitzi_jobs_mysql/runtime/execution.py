@@ -206,6 +206,7 @@ class Execution:
                 return await self._return(Outcome(status="pending", delay_ms=0))
         if self.cancel_requested:
             return await self._return(self._cancelled(None))
+        job = self.job  # a claim this execution adopted while it took its key is the one that runs
         self._started_at = asyncio.get_running_loop().time()
         self.stage = Stage.RUNNING
         self.handler_task = asyncio.create_task(_call(crew.handler, job), name=f"job {job.id}")
