@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import UTC, datetime
 
@@ -106,10 +105,7 @@ async def test_a_schedule_becomes_a_job_and_runs_then_stop_ends_both(monkeypatch
     jobs = create_action_jobs(lookups=lookups, handler=record, queue=queue, schedule_poll_ms=10, poll_ms=10)
     jobs.start()
     try:
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await queue.list_schedules([2]):  # reconciled on start
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.005)
+        await wait_for(lambda: queue.list_schedules([2]), what="the reconcile on start")
         clock.now = T + 61_000
         await wait_for(lambda: len(ran) == 1)
     finally:

@@ -326,16 +326,7 @@ async def test_start_reconciles_the_listed_spaces_and_sweeps_on_a_timer(
         await wait_for(lambda: lookups.calls == [5])
         clock.now = T + 61_000
         job_id = schedule_job_id(5, "tick", T)  # reconciled at T: the fire at T itself
-        jobs: list[str] = []
-
-        async def poll_jobs() -> None:
-            jobs[:] = [j.id for j in (await queue.list_jobs(space_ids=[5])).jobs]
-
-        deadline = asyncio.get_running_loop().time() + 5
-        while job_id not in jobs:
-            assert asyncio.get_running_loop().time() < deadline
-            await poll_jobs()
-            await asyncio.sleep(0.01)
+        await wait_for(lambda: queue.get_job([5], job_id), within=5, what="the fire's job")
     finally:
         scheduler.stop()
     assert not scheduler.running
@@ -481,10 +472,7 @@ async def test_a_slow_reconcile_does_not_hold_up_due_fires(monkeypatch: pytest.M
     try:
         await wait_for(lambda: lookups.calls == [3])
         job_id = schedule_job_id(3, "tick", T)
-        deadline = asyncio.get_running_loop().time() + 5
-        while await queue.get_job([3], job_id) is None:
-            assert asyncio.get_running_loop().time() < deadline, "no sweep ran while the reconcile was stuck"
-            await asyncio.sleep(0.01)
+        await wait_for(lambda: queue.get_job([3], job_id), within=5, what="a sweep while the reconcile was stuck")
     finally:
         stuck.set()
         scheduler.stop()
