@@ -245,21 +245,20 @@ class Settle:
             optional_text("attempt.error", attempt.error, ERROR_MAX_CHARS)
 
 
-def settle_succeeded_args(*, worker_id: object, jobs: object) -> list[SucceededJob]:
-    """The jobs of a `settle_succeeded` call, checked as each one's `settle` would be; a job named twice is
-    settled once (by its first mention)."""
-    _check_worker_id(worker_id)
+def settle_succeeded_args(*, worker_id: object, jobs: object) -> list[Settle]:
+    """The jobs of a `settle_succeeded` call, each as the `settle` it stands for (checked as that would be); a job
+    named twice is settled once (by its first mention)."""
+    worker = _check_worker_id(worker_id)
     if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Iterable):
         raise TypeError("jobs must be a sequence of SucceededJob")
-    unique: dict[str, SucceededJob] = {}
+    unique: dict[str, Settle] = {}
     for item in jobs:
         if not isinstance(item, SucceededJob):
             raise TypeError(f"jobs must hold SucceededJob records, not {type(item).__name__}")
-        _check_job_id(item.job_id)
-        optional_text("run_id", item.run_id, ID_MAX_CHARS)
-        if item.claimed_at is not None:
-            instant("claimed_at", item.claimed_at)
-        unique.setdefault(item.job_id, item)
+        attempt = AttemptOutcome(status="succeeded", worker_id=worker, run_id=item.run_id)
+        call = Settle(job_id=item.job_id, worker_id=worker, status="succeeded", run_id=item.run_id, attempt=attempt,
+                      claimed_at=item.claimed_at)  # fmt: skip
+        unique.setdefault(item.job_id, call)
     return list(unique.values())
 
 

@@ -257,13 +257,7 @@ class MemoryJobQueue:
 
     async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[SucceededJob]) -> None:
         """The `SettlesSucceeded` capability: each job settled as its own `settle` would settle it."""
-        calls = [
-            check.Settle(job_id=item.job_id, worker_id=worker_id, status="succeeded", run_id=item.run_id,
-                         claimed_at=item.claimed_at,
-                         attempt=AttemptOutcome(status="succeeded", worker_id=worker_id, run_id=item.run_id))
-            for item in check.settle_succeeded_args(worker_id=worker_id, jobs=jobs)
-        ]  # fmt: skip
-        for call in calls:
+        for call in check.settle_succeeded_args(worker_id=worker_id, jobs=jobs):
             self._settle(call)
         self._evict()
 
