@@ -12,27 +12,8 @@ import aiomysql
 import pymysql
 import pytest
 
-from plitzi_jobs_mysql import JobInput
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
-
-
-class Clock:
-    """An injectable epoch-ms clock that moves only when a test moves it."""
-
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    async def advance(self, ms: int) -> None:
-        """The contract's `advance` for a queue built over this clock."""
-        self.now += ms
-
-    async def rewind(self, ms: int) -> None:
-        """The contract's `rewind`: the clock stepping back."""
-        self.now -= ms
 
 
 @pytest.fixture(scope="session")
@@ -118,21 +99,6 @@ def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tupl
             return list(cur.fetchall())
     finally:
         conn.close()
-
-
-def job(id: str, **fields: Any) -> JobInput:
-    """A due job with plain defaults; `fields` override any of them."""
-    values: dict[str, Any] = {
-        "space_id": 1,
-        "action_id": "a",
-        "environment": "main",
-        "trigger": "t",
-        "input": {},
-        "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
 
 
 def sql_session(url: str, statements: list[str]) -> None:

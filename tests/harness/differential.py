@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from plitzi_jobs_mysql.records import AttemptOutcome, Job, JobInput, ScheduleInput
+from plitzi_jobs_mysql.records import AttemptOutcome, Job, JobInput, ScheduleInput, SucceededJob
 
 #: Issue 18.4 (a lone claimer's own compare-and-sets meet 1205, so a claim comes back short and skips older jobs)
 #: and 18.5 (a lapsed job that dies in a claim uses up a slot of it, MySQL only) are fixed on another branch; until
@@ -261,22 +261,25 @@ class Generator:
         # the lone claim after it, take them all whichever claim wins which.
         return op("burst", "claim", claims=self.pick([2, 3]), lease_ms=self.pick(LEASES))
 
-    def holder_and_job(self, jobs: list[Job]) -> tuple[str, str]:
+    def holder_and_job(self, jobs: list[Job]) -> tuple[str, str, int | None]:
+        """A worker, a job and the claim instant to settle it by: mostly the holder's own, now and then another
+        worker's, an earlier claim's instant, or none (the guard then is the worker alone)."""
         running = [j for j in jobs if j.status == "running"]
         if running and self.maybe(0.85):
             held = self.pick(running)
             worker = held.worker_id if self.maybe(0.85) else self.pick(WORKERS)
-            return worker or "w1", held.id
-        return self.pick([*WORKERS, BURST_WORKER]), self.pick(JOB_IDS)
+            claimed_at = self.pick([held.claimed_at, held.claimed_at, None, (held.claimed_at or 0) - 1])
+            return worker or "w1", held.id, claimed_at
+        return self.pick([*WORKERS, BURST_WORKER]), self.pick(JOB_IDS), self.pick([None, self.now])
 
     def heartbeat(self, jobs: list[Job], _due: Any) -> Op:
-        worker, _ = self.holder_and_job(jobs)
+        worker, _, _ = self.holder_and_job(jobs)
         mine = [j.id for j in jobs if j.worker_id == worker and j.status == "running"]
         ids = [i for i in mine if self.maybe(0.8)] + [self.pick(JOB_IDS) for _ in range(self.rng.randrange(0, 2))]
         return op("queue", "heartbeat", job_ids=ids, worker_id=worker, lease_ms=self.pick(LEASES))
 
     def settle(self, jobs: list[Job], _due: Any) -> Op:
-        worker, job_id = self.holder_and_job(jobs)
+        worker, job_id, claimed_at = self.holder_and_job(jobs)
         status = self.pick(["succeeded", "succeeded", "pending", "pending", "failed", "dead", "cancelled"])
         attempt = None
         if self.maybe(0.75):
@@ -299,14 +302,23 @@ class Generator:
             run_id=self.pick([None, None, "run-2"]),
             error=self.pick([None, "oops"]),
             attempt=attempt,
+            claimed_at=claimed_at,
         )
 
     def settle_succeeded(self, jobs: list[Job], _due: Any) -> Op:
-        """The worker's batch of succeeded settles (the MySQL queue's; the memory side settles them one by one)."""
-        worker, _ = self.holder_and_job(jobs)
-        mine = [j.id for j in jobs if j.worker_id == worker and j.status == "running"]
-        ids = [i for i in mine if self.maybe(0.7)] + [self.pick(JOB_IDS) for _ in range(self.rng.randrange(0, 2))]
-        return op("queue", "settle_succeeded", worker_id=worker, jobs=[(i, self.pick([None, "r-1", "é"])) for i in ids])
+        """The worker's batch of succeeded settles (the `SettlesSucceeded` capability both stores offer)."""
+        worker, _, _ = self.holder_and_job(jobs)
+        mine = [j for j in jobs if j.worker_id == worker and j.status == "running" and self.maybe(0.7)]
+        batch = [
+            SucceededJob(
+                job_id=j.id,
+                run_id=self.pick([None, "r-1", "é"]),
+                claimed_at=self.pick([j.claimed_at, j.claimed_at, None, (j.claimed_at or 0) - 1]),
+            )
+            for j in mine
+        ]
+        batch += [SucceededJob(job_id=self.pick(JOB_IDS)) for _ in range(self.rng.randrange(0, 2))]
+        return op("queue", "settle_succeeded", worker_id=worker, jobs=batch)
 
     def spaces(self) -> list[int] | None:
         return self.pick([[1], [2], [1, 2], [], None])

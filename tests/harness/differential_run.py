@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from plitzi_jobs_mysql import create_memory_job_queue, create_memory_kv, create_mysql_job_queue, create_mysql_kv
-from plitzi_jobs_mysql.records import AttemptOutcome, Job
+from plitzi_jobs_mysql.records import Job
 
 from .differential import BURST_WORKER, KV_KEYS, START_MS, Generator, Op, claimable
 
@@ -115,24 +115,9 @@ async def call(side: Side, op: Op, limit: int = 1) -> tuple[str, Any]:
         if op.target == "kv":
             await side.before_kv()
         target = side.queue if op.target == "queue" else side.kv
-        if op.method == "settle_succeeded" and not hasattr(target, op.method):
-            return "ok", await _settle_each(target, **op.arguments())
         return "ok", await getattr(target, op.method)(**op.arguments())
     except Exception as error:
         return "raised", type(error).__name__
-
-
-async def _settle_each(queue: Any, *, worker_id: str, jobs: list[tuple[str, str | None]]) -> None:
-    """What the MySQL queue's `settle_succeeded` promises to write, in single settles (the memory queue has no
-    batch)."""
-    for job_id, run_id in dict(jobs).items():
-        await queue.settle(
-            job_id=job_id,
-            worker_id=worker_id,
-            status="succeeded",
-            run_id=run_id,
-            attempt=AttemptOutcome(status="succeeded", worker_id=worker_id, run_id=run_id),
-        )
 
 
 async def state(side: Side, of: str = "all") -> dict[str, Any]:

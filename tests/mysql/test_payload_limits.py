@@ -17,7 +17,8 @@ import pytest
 from plitzi_jobs_mysql import PayloadTooLargeError, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
 
-from ..conftest import job, open_pool, sql
+from ..conftest import open_pool, sql
+from ..support import job
 
 pytestmark = pytest.mark.timeout(120)
 

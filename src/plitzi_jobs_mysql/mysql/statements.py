@@ -47,6 +47,7 @@ JOB_COLUMN_NAMES = (
     "run_id",
     "cancel_requested",
     "error",
+    "claimed_at",
 )
 SCHEDULE_COLUMN_NAMES = (
     "space_id",
@@ -76,10 +77,18 @@ SCHEMA_COLUMNS = (
     "AND TABLE_NAME IN %s ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
 
+#: The database a session is in: what a refusal's fix names (`migrate --url mysql://…/DATABASE`).
+CURRENT_DATABASE = "SELECT DATABASE()"
+
 
 def count_rows(table: str) -> str:
     """What `migrate --dry-run` reports a copy would move (`table` is one of `table_names`)."""
     return f"SELECT COUNT(*) FROM `{table}`"
+
+
+#: A claim's instant: the claim's now, but always after the job's previous claim, so two claims of one job never
+#: share one (even within a millisecond) and a settle carrying its claim's instant tells the claims apart.
+NEXT_CLAIM = "GREATEST(%(now)s, COALESCE(claimed_at + 1, 0))"
 
 
 def _attempt_json(status: str, worker: str, run_id: str, error: str, ended_at: str) -> str:
@@ -197,7 +206,7 @@ def statements_for(prefix: str) -> Statements:
         claim_candidates=f"({pending_read}) UNION ALL ({lapsed_read})",
         claim_pending=(
             f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
-            "lease_until = %(lease_until)s, claimed_at = %(now)s, updated_at = %(now)s "
+            f"lease_until = %(lease_until)s, claimed_at = {NEXT_CLAIM}, updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
         ),
         # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
@@ -219,7 +228,7 @@ def statements_for(prefix: str) -> Statements:
             "attempts = IF(status = 'dead', attempts, attempts + 1), "
             "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
             "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
-            "claimed_at = IF(status = 'dead', claimed_at, %(now)s), "
+            f"claimed_at = IF(status = 'dead', claimed_at, {NEXT_CLAIM}), "
             "updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
@@ -249,12 +258,14 @@ def statements_for(prefix: str) -> Statements:
             # A hand-back of a job never started gives its attempt back.
             "attempts = IF(status = 'pending' AND NOT %(has_attempt)s, GREATEST(attempts - 1, 0), attempts), "
             "updated_at = %(now)s "
-            "WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'running'"
+            "WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'running' "
+            "AND (%(claimed_at)s IS NULL OR claimed_at = %(claimed_at)s)"
         ),
         # Many succeeded jobs of one worker in one statement: per row exactly what `settle` writes for
         # status='succeeded' with a 'succeeded' attempt (same history entry, each row its own run_id through
-        # `{run}`, a CASE id WHEN ... the caller builds), under the same holder guard, so a row another worker
-        # took over, or one already settled, is left alone. One statement per batch rather than per job.
+        # `{run}`, a CASE id WHEN ... the caller builds), under the same holder guard (`{claim}`: each row's claim
+        # instant, when given), so a row another claim took over, or one already settled, is left alone. One
+        # statement per batch rather than per job.
         settle_succeeded=(
             f"UPDATE {jobs} SET "
             "history = JSON_ARRAY_APPEND(history, '$', "
@@ -266,7 +277,7 @@ def statements_for(prefix: str) -> Statements:
             "lease_until = NULL, "
             "run_at = %(now)s, "
             "updated_at = %(now)s "
-            "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'"
+            "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'{claim}"
         ),
         get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
         list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
@@ -360,9 +371,8 @@ def statements_for(prefix: str) -> Statements:
         ),
         # -- kv ---------------------------------------------------------------------------------------------
         kv_get=f"SELECT v FROM {kv} WHERE k = %s AND {live}",
-        # Parameters repeated rather than VALUES(col), which MySQL 8.0.20+ deprecates with a warning per call.
-        # The value travels once (an upsert repeating the parameter sent it twice, and VALUES(col) is deprecated
-        # in MySQL 8.0.20+): a key's row is wholly replaced anyway.
+        # A key's row is wholly replaced, so REPLACE sends the value once (an upsert would repeat the parameter,
+        # sending it twice, or use VALUES(col), which MySQL 8.0.20+ deprecates with a warning per call).
         kv_set=f"REPLACE INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete=f"DELETE FROM {kv} WHERE k = %s",
         # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is

@@ -22,6 +22,7 @@ import pytest
 
 from ..contract.protocols import JobQueue
 from .activity_contract import ActivityContract
+from .capability_contract import CapabilityContract
 from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
@@ -32,7 +33,9 @@ from .support import Advance, real_time_advance
 __all__ = ["ClockStepContract", "JobQueueContract", "KvContract"]
 
 
-class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract):
+class JobQueueContract(
+    EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract, CapabilityContract
+):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 
     pytestmark = pytest.mark.asyncio
