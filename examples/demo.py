@@ -354,6 +354,20 @@ def overlapping(runs: Sequence[LedgerRow]) -> bool:
     return False
 
 
+def runs_line(ledger: Sequence[LedgerRow]) -> str:
+    """The report's line on the runs: a run that raised is a failure retried with backoff; one that raised
+    `RetryLater` asked to come back later and is no failure (its attempt was refunded)."""
+    jobs = {r.job_id for r in ledger}
+    succeeded = sum(r.outcome == "succeeded" for r in ledger)
+    failed = sorted({r.job_id for r in ledger if r.outcome == "failed"})
+    handed_back = sorted({r.job_id for r in ledger if r.outcome == "retry"})
+    return (
+        f"jobs run: {succeeded} succeeded runs of {len(jobs)} jobs, {len(ledger)} runs in the ledger "
+        f"(failed once and retried: {', '.join(failed) or 'none'}; "
+        f"handed back by RetryLater and run again: {', '.join(handed_back) or 'none'})"
+    )
+
+
 def report(
     jobs: list[Job], ledger: list[LedgerRow], mine: list[str], victim: Replica, survivors: list[Replica]
 ) -> None:
@@ -407,7 +421,6 @@ def report(
             problems.append(f"{job.id} was taken over before its lost attempt was recorded")
 
     succeeded_runs = sum(r.outcome == "succeeded" for r in ledger)
-    retried = sorted({r.job_id for r in ledger if r.outcome in ("failed", "retry")})
     print()
     print("Report")
     print(
@@ -420,10 +433,7 @@ def report(
             else ""
         )
     )
-    print(
-        f"  jobs run: {succeeded_runs} succeeded runs of {len(runs)} jobs, {len(ledger)} runs in the ledger "
-        f"(failed once and retried: {', '.join(retried) or 'none'})"
-    )
+    print(f"  {runs_line(ledger)}")
     for job in recovered:
         print(
             f"  lost attempt recovered: {job.id} — lost by {victim.name} (SIGKILL), finished by "

@@ -49,6 +49,10 @@ class Clock:
         """The contract's `advance` for a queue built over this clock."""
         self.now += ms
 
+    async def rewind(self, ms: int) -> None:
+        """`ClockStepContract`'s `rewind`: the clock stepping back."""
+        self.now -= ms
+
 
 def job(id: str = "job-1", **fields: Any) -> JobInput:
     """A job due since the epoch with plain defaults; `fields` override any of them."""

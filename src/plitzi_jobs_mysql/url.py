@@ -7,7 +7,9 @@ what is ours: the schemes, the parameters we accept, and messages that never sho
 
 Accepted schemes: ``mysql://``, ``mariadb://``, ``mysql+pymysql://`` and ``mysql+aiomysql://``. User name,
 password and database are percent-decoded: write ``@`` as ``%40``, ``:`` as ``%3A``, ``/`` as ``%2F``, ``?`` as
-``%3F`` and ``#`` as ``%23``. Parameters (anything else is refused, not ignored):
+``%3F`` and ``#`` as ``%23``. An IPv6 host goes in brackets, a zone id after ``%25`` (RFC 6874:
+``[fe80::1%25eth0]``, handed to the drivers as ``fe80::1%eth0``). Parameters (anything else is refused, not
+ignored):
 
 - ``unix_socket=/path``: connect through a socket (the host may then be left out);
 - ``connect_timeout=N``: seconds;
@@ -166,11 +168,14 @@ class MysqlUrl:
             raise ValueError("database name must be a non-empty string")
         return dataclasses.replace(self, database=name, params=dict(self.params))
 
-    def _render(self, scheme: str, hide_password: bool, params: dict[str, str]) -> str:
+    def _render(self, scheme: str, hide_password: bool, params: dict[str, str], *, raw_zone: bool = False) -> str:
         userinfo = quote(self.user, safe="")
         if self.password:
             userinfo += ":" + ("***" if hide_password else quote(self.password, safe=""))
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = self.host
+        if ":" in host:  # IPv6, its zone id (if any) after '%25' (RFC 6874), or after a bare '%' for SQLAlchemy
+            address, has_zone, zone = host.partition("%")
+            host = f"[{address}{'%' + zone if raw_zone else '%25' + quote(zone, safe='')}]" if has_zone else f"[{host}]"
         text = f"{scheme}://{userinfo}@{host}:{self.port}"
         if self.database is not None:
             text += "/" + quote(self.database, safe="")
@@ -196,7 +201,8 @@ class MysqlUrl:
                     params[name.replace("-", "_")] = self.params[name]
             # Always explicit: SQLAlchemy checks the host name by default, a MySQL client only under VERIFY_IDENTITY.
             params["ssl_check_hostname"] = "true" if mode == "VERIFY_IDENTITY" else "false"
-        return self._render("mysql+pymysql", False, params)
+        # SQLAlchemy reads a zone id as written, so it gets the bare '%' form, which PyMySQL's resolver takes.
+        return self._render("mysql+pymysql", False, params, raw_zone=True)
 
     def __str__(self) -> str:
         return self.render(hide_password=True)
@@ -221,7 +227,9 @@ def parse_mysql_url(url: str) -> MysqlUrl:
     try:
         parts = urlsplit(text)
     except ValueError:  # urllib's message may quote the URL, password included
-        raise _fail("the IPv6 host is malformed (expected [address] or [address]:port)") from None
+        raise _fail(
+            "the IPv6 host or its zone id is malformed (expected [address], [address%25zone] or with :port)"
+        ) from None
     scheme = text.partition("://")[0]
     if parts.scheme not in SCHEMES or scheme.lower() != parts.scheme:
         raise _fail(f"unsupported scheme ({_SCHEMES_TEXT})")
@@ -279,7 +287,26 @@ def _host_and_port(parts: SplitResult) -> tuple[str, int]:
         port = int(port_text)
         if not 1 <= port <= 65535:
             raise _fail("the port is out of range (expected 1-65535)")
-    return (host if bracketed else unquote(host)), port
+    if bracketed:
+        return _ipv6_host(hostinfo[1:].partition("]")[0]), port
+    return unquote(host), port
+
+
+def _ipv6_host(literal: str) -> str:
+    """The address between the brackets (urllib checked it), lower-cased, and its zone id decoded: after '%25'
+    (RFC 6874) percent-encoded, after a bare '%' (as SQLAlchemy and older clients write it) as written. The
+    drivers' resolver takes `fe80::1%eth0`."""
+    address, has_zone, zone = literal.partition("%")
+    address = address.lower()
+    if not has_zone:
+        return address
+    if zone.startswith("25"):
+        zone = _decode(zone[2:], "IPv6 zone id")
+    elif "%" in zone:
+        raise _fail("the IPv6 zone id is malformed (expected [address%25zone], RFC 6874)")
+    if not zone or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in zone):
+        raise _fail("the IPv6 zone id after '%25' is empty or holds spaces or control characters")
+    return f"{address}%{zone}"
 
 
 def _database(path: str) -> str | None:

@@ -19,7 +19,7 @@ from pymysql.constants import CLIENT
 
 from plitzi_jobs_mysql import JobQueue, KvStore, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.memory import wall_clock_ms
-from plitzi_jobs_mysql.testing import JobQueueContract, KvContract
+from plitzi_jobs_mysql.testing import ClockStepContract, JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.support import Advance, real_time_advance
 
 from ..conftest import empty_tables, open_pool
@@ -52,7 +52,7 @@ async def mysql_pool(request: pytest.FixtureRequest, session_db: str) -> AsyncIt
         await pool.wait_closed()
 
 
-class TestMysqlJobQueue(JobQueueContract):
+class TestMysqlJobQueue(JobQueueContract, ClockStepContract):
     @pytest.fixture
     def clock(self, mysql_pool: tuple[Any, str, str]) -> Clock | None:
         return None if mysql_pool[2] in SERVER_CLOCK_POOLS else Clock(wall_clock_ms())
@@ -65,6 +65,10 @@ class TestMysqlJobQueue(JobQueueContract):
     @pytest.fixture
     def advance(self, queue: JobQueue, clock: Clock | None) -> Advance:
         return real_time_advance(queue) if clock is None else clock.advance
+
+    @pytest.fixture
+    def rewind(self, clock: Clock | None) -> Advance | None:
+        return None if clock is None else clock.rewind
 
 
 class TestMysqlKv(KvContract):

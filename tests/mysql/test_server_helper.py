@@ -46,6 +46,13 @@ DEFAULT_LOCAL_URL = "mysql://root@127.0.0.1:3306"
             "mysql+aiomysql://us%20er:pw@[::1]:3310/",
             MysqlUrl(host="::1", port=3310, user="us er", password="pw"),
         ),
+        # An IPv6 zone id (RFC 6874: '%25' then the zone, percent-encoded), decoded; its case is kept.
+        ("mysql://u@[fe80::1%25lo]:3307/db", MysqlUrl(host="fe80::1%lo", port=3307, user="u", database="db")),
+        ("mysql://u@[FE80::1%25Eth-0]/db", MysqlUrl(host="fe80::1%Eth-0", user="u", database="db")),
+        (
+            "mysql://u@[fe80::1%eth0]/db",
+            MysqlUrl(host="fe80::1%eth0", user="u", database="db"),
+        ),  # as SQLAlchemy writes it
         (
             "mysql://root@localhost/db?unix_socket=/run/mysqld/mysqld.sock&connect_timeout=5",
             MysqlUrl(
@@ -116,6 +123,10 @@ SECRET = "Zq9Secr3t"
         (f"mysql://u:{SECRET}@ho st/db", "spaces"),
         (f"mysql://u:{SECRET}@h!/db", "host name"),
         (f"mysql://u:{SECRET}@[::1/db", "IPv6"),
+        (f"mysql://u:{SECRET}@[fe80::1%25]/db", "zone"),
+        (f"mysql://u:{SECRET}@[fe80::1%]/db", "zone"),
+        (f"mysql://u:{SECRET}@[fe80::1%25l%FFo]/db", "zone"),
+        (f"mysql://u:{SECRET}@[fe80::1%25l%00o]/db", "zone"),
         (f"mysql://:{SECRET}@h/db", "user name"),
         # An unencoded '?' in the password: "u:Zq9..." reads as host:port, and must not be echoed.
         (f"mysql://u:{SECRET}?x@h/db", "port is not a number"),
@@ -165,6 +176,17 @@ def test_tls_modes(query: str, mode: str, sqlalchemy_query: str) -> None:
     assert url.tls_required == (mode not in ("DISABLED", "PREFERRED"))
     assert url.sqlalchemy_url() == f"mysql+pymysql://u@h:3306/d?{sqlalchemy_query}"
     assert parse_mysql_url(url.sqlalchemy_url()).ssl_mode == ("REQUIRED" if mode == "PREFERRED" else mode)
+
+
+def test_a_zone_id_reaches_the_resolver_decoded() -> None:
+    url = parse_mysql_url("mysql://u@[fe80::1%25lo]:3307/db")
+    assert url.pymysql_kwargs()["host"] == url.aiomysql_kwargs()["host"] == "fe80::1%lo"
+    [(_family, _type, _proto, _name, address)] = socket.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)
+    assert address == ("fe80::1", 3307, 0, socket.if_nametoindex("lo"))  # the scope the driver's socket connects in
+    assert url.render() == "mysql://u@[fe80::1%25lo]:3307/db"
+    from sqlalchemy.engine import make_url
+
+    assert make_url(url.sqlalchemy_url()).host == "fe80::1%lo"  # SQLAlchemy takes the zone as written
 
 
 def test_tls_contexts() -> None:

@@ -8,13 +8,13 @@ import pytest
 
 from plitzi_jobs_mysql import JobQueue, KvStore, create_memory_job_queue, create_memory_kv
 from plitzi_jobs_mysql.memory import wall_clock_ms
-from plitzi_jobs_mysql.testing import JobQueueContract, KvContract
+from plitzi_jobs_mysql.testing import ClockStepContract, JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.support import Advance
 
 from ..support import Clock
 
 
-class TestMemoryJobQueue(JobQueueContract):
+class TestMemoryJobQueue(JobQueueContract, ClockStepContract):
     @pytest.fixture
     def clock(self) -> Clock:
         return Clock(wall_clock_ms())
@@ -26,6 +26,10 @@ class TestMemoryJobQueue(JobQueueContract):
     @pytest.fixture
     def advance(self, clock: Clock) -> Advance:
         return clock.advance
+
+    @pytest.fixture
+    def rewind(self, clock: Clock) -> Advance:
+        return clock.rewind
 
 
 class TestMemoryKv(KvContract):

@@ -506,6 +506,42 @@ async def test_invalid_schedules_from_lookups_are_skipped_with_a_warning_and_the
         assert any("space 1" in m and action in m and reason in m for m in warned), (action, warned)
 
 
+def _every_5(id: Any, cron: Any = "*/5 * * * *", timezone: Any = None) -> ActionEntry:
+    return ActionEntry(id=id, schedule=ScheduleTrigger(cron=cron, timezone=timezone))
+
+
+@pytest.mark.parametrize(
+    ("unusable", "reason"),
+    [
+        (_every_5(""), "empty"),
+        (_every_5("lone-\ud800"), "Unicode"),
+        (_every_5("x" * 192), "191"),
+        (_every_5(7), "str"),
+        (_every_5("cron-lone", cron="0 7 * * *\udfff"), "Unicode"),
+        (_every_5("cron-long", cron="0 7 * * " + "*" * 190), "191"),
+        (_every_5("cron-type", cron=7), "str"),
+        (_every_5("zone-lone", timezone="Europe/Berlin\ud800"), "Unicode"),
+        (_every_5("zone-long", timezone="Europe/" + "B" * 60), "64"),
+        (_every_5("zone-type", timezone=7), "str"),
+        (_every_5("good", cron="0 7 * * *"), "twice"),  # the first one listed is kept
+    ],
+)
+async def test_an_unusable_action_is_skipped_with_a_warning_and_the_others_reconciled(
+    caplog: pytest.LogCaptureFixture, unusable: ActionEntry, reason: str
+) -> None:
+    # Whatever the lookups answer, reconcile writes what the store accepts: it checks each action by the store's
+    # own rules (one rule, not a second copy that could disagree), and skips the one that fails them.
+    _clock, queue = await setup(now=T)
+    lookups = Lookups({1: [_every_5("good"), unusable, _every_5("other")]})
+    scheduler = create_scheduler(queue=queue, lookups=lookups)
+    with caplog.at_level(logging.WARNING, logger="plitzi_jobs_mysql.scheduler"):
+        await scheduler.reconcile(1)
+    stored_set = await queue.list_schedules([1])
+    assert [(s.action_id, s.cron) for s in stored_set] == [("good", "*/5 * * * *"), ("other", "*/5 * * * *")]
+    [warning] = [r.getMessage() for r in scheduler_records(caplog, logging.WARNING)]
+    assert "space 1" in warning and "skipped" in warning and reason in warning, warning
+
+
 async def test_missed_fires_are_logged_at_warning_with_their_count_and_fires_reach_the_hook(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

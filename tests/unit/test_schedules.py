@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from plitzi_jobs_mysql.contract import validation as check
 from plitzi_jobs_mysql.records import ScheduleInput
 from plitzi_jobs_mysql.runtime.schedules import (
     ActionEntry,
@@ -13,6 +14,7 @@ from plitzi_jobs_mysql.runtime.schedules import (
     ScheduleTrigger,
     schedule_for,
     schedule_job_id,
+    schedule_problem,
     schedules_for,
 )
 
@@ -119,3 +121,25 @@ def test_the_lookup_records_take_their_fields_by_position_or_by_name() -> None:
     # Not among API.md's keyword-only records: its call forms name them positionally too.
     assert ScheduleTrigger("0 7 * * *", "Europe/Berlin") == ScheduleTrigger(cron="0 7 * * *", timezone="Europe/Berlin")
     assert ActionEntry("digest", ScheduleTrigger("0 7 * * *")).schedule == ScheduleTrigger(cron="0 7 * * *")
+
+
+def test_the_callers_own_arguments_are_checked() -> None:
+    with pytest.raises(ValueError):
+        schedule_for(entry("0 * * * *"), 1, "e" * 65, AT)
+    with pytest.raises(ValueError):
+        schedule_for(entry("0 * * * *"), 1, "main", AT, max_attempts=0)
+    with pytest.raises(TypeError):
+        schedule_for(entry("0 * * * *"), "1", "main", AT)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("action_id", ["", "a\ud800", "x" * 192, "y" * 175, "ok"])
+@pytest.mark.parametrize("cron", ["0 7 * * *", "0 7 * * *\udfff", "0 7 * * " + "*" * 190])
+@pytest.mark.parametrize("zone", [None, "Europe/Berlin", "Europe/Berlin\ud800", "E" * 65])
+def test_a_schedule_is_given_exactly_when_the_store_takes_it(action_id: str, cron: str, zone: str | None) -> None:
+    declared = ActionEntry(id=action_id, schedule=ScheduleTrigger(cron=cron, timezone=zone))
+    schedule = schedule_for(declared, 1, "main", AT)
+    problem = schedule_problem(declared, 1, AT)
+    store_takes = action_id == "ok" and cron == "0 7 * * *" and zone in (None, "Europe/Berlin")
+    assert (schedule is not None, problem is None) == (store_takes, store_takes)
+    if schedule is not None:
+        assert check.put_schedules_args(1, [schedule]) == [schedule]

@@ -15,6 +15,7 @@ from plitzi_jobs_mysql.memory import MemoryJobQueue, wall_clock_ms
 from plitzi_jobs_mysql.web import create_dashboard
 from plitzi_jobs_mysql.web.activity import HOUR_MS, Activity
 from plitzi_jobs_mysql.web.chart import hourly_chart
+from plitzi_jobs_mysql.web.params import BadRequest, identifier
 from plitzi_jobs_mysql.web.security import CONTENT_SECURITY_POLICY, CSRF_COOKIE, SESSION_COOKIE
 from plitzi_jobs_mysql.web.times import age, duration
 from tests.support import Clock
@@ -287,3 +288,12 @@ async def test_pause_and_bulk_forms_appear_for_a_queue_that_has_them(queue: Memo
                                              "confirm": "1", "csrf": token})  # fmt: skip
         assert done.status_code == 303 and "count=1" in done.headers["location"]
     assert able.calls == [("pause", (1, "emails")), ("retry_all", (1, "emails", "dead"))]
+
+
+@pytest.mark.parametrize("text", ["x" * 192, "lone-\ud800", "😀" * 192])
+def test_an_identifier_the_store_would_refuse_is_a_bad_request(text: str) -> None:
+    # The store's own rule (validation.text), not a copy of part of it: what passes here, the queue takes.
+    with pytest.raises(BadRequest):
+        identifier({"action": text}, "action")
+    assert identifier({"action": "😀" * 191}, "action") == "😀" * 191
+    assert identifier({"action": ""}, "action") is None

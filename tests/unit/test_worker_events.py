@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from plitzi_jobs_mysql.contract import validation as check
 from plitzi_jobs_mysql.contract.events import EventKind, JobEvent
 from plitzi_jobs_mysql.memory import create_memory_job_queue
 from plitzi_jobs_mysql.records import Job
@@ -200,6 +201,14 @@ def test_the_default_worker_id_names_host_process_and_a_random_part() -> None:
     assert host == socket.gethostname()[:120] and pid == str(os.getpid())
     assert len(rand) == 8 and set(rand) <= set(string.hexdigits)
     assert one.worker_id != two.worker_id
+
+
+def test_a_host_name_that_is_not_utf8_still_makes_a_worker_id_the_store_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "h\udcff" + "ö" * 300)
+    worker = create_job_worker(queue=create_memory_job_queue(), handler=Gate())
+    host = worker.worker_id.rsplit(":", 2)[0]
+    assert host.startswith("h\\udcffö") and len(host) == 120
+    check.worker_id(worker.worker_id)
 
 
 def test_arguments_are_checked() -> None:

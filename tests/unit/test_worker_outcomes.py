@@ -172,6 +172,33 @@ async def test_a_huge_exception_message_is_clipped_so_the_store_takes_it() -> No
     assert errors == []
 
 
+async def test_text_the_store_could_not_hold_is_recorded_escaped_not_refused() -> None:
+    # A lone surrogate (a `bytes.decode(errors="surrogateescape")`, say) is not text the store takes: the worker
+    # writes it escaped, by the store's own rule (validation.storable_text), rather than have the settle refused.
+    _, queue = fixed_queue()
+    for job_id in ("a", "b", "c"):
+        await queue.enqueue(job(job_id, due_at=T))
+
+    async def handler(job: Job) -> str:
+        if job.id == "a":
+            raise PermanentFailure("bad byte \udcff here")
+        if job.id == "b":
+            raise ValueError("\ud800" * 1_000)
+        return "run-\udcff"
+
+    errors: list[BaseException] = []
+    worker = create_job_worker(queue=queue, handler=handler, on_error=errors.append, backoff_base_ms=60_000)
+    await worker.poll()
+    a = await wait_for_job(queue, "a", "dead")
+    b = await wait_for_job(queue, "b", "pending")
+    c = await wait_for_job(queue, "c", "succeeded")
+    await worker.stop()
+    assert a.error == "bad byte \\udcff here"
+    assert b.error is not None and b.error.startswith("ValueError: \\ud800\\ud800") and len(b.error) <= 4_000
+    assert c.run_id == "run-\\udcff"
+    assert errors == []
+
+
 # -- outcomes that are the handler's bug: still settled, and the drain still ends (issue 18.3) ---------------------
 
 

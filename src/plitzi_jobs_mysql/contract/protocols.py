@@ -34,7 +34,8 @@ class JobQueue(Protocol):
         ...
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
-        """`enqueue`'s rule for a batch, answered per job in order, in a handful of round trips."""
+        """`enqueue`'s rule for a batch, answered per job in order, in a handful of round trips. `jobs` is a
+        sequence (a list or tuple); anything else, a generator included, is a `TypeError` and nothing is written."""
         ...
 
     async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
@@ -114,7 +115,8 @@ class JobQueue(Protocol):
 
     async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
         """A `pending` job becomes `cancelled`; a `running` one gets `cancel_requested` (its worker hears it on
-        the next heartbeat). False for anything else."""
+        the next heartbeat; asked again, it answers True and changes nothing, `updated_at` included). False for
+        anything else."""
         ...
 
     async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
@@ -161,7 +163,11 @@ class KvStore(Protocol):
 
     async def increment(self, key: str, amount: int = 1) -> int:
         """Atomic; a missing or lapsed key counts from 0 (losing its old lifetime), a live one keeps its lifetime.
-        Answers the new value; a live value that is not an integer is a `ValueError` and stays as it was."""
+        Answers the new value; a live value that is not an integer is a `ValueError` and stays as it was.
+
+        An integer here is an optional '-' and 1 to 19 ASCII digits, nothing else (no sign '+', no spaces, no line
+        break), from -2**63 to 2**63 - 1; a new value outside that range is a `ValueError` too, the value left as
+        it was. `amount` is an int from -(2**63 - 1) to 2**63 - 1."""
         ...
 
     async def expire(self, key: str, ttl_seconds: float) -> None:

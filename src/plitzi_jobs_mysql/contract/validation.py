@@ -53,6 +53,15 @@ def text(name: str, value: object, max_chars: int, *, allow_empty: bool = False)
     return value
 
 
+def storable_text(value: str, max_chars: int) -> str:
+    """`value` made into text that `text()` accepts, for what a store is given from elsewhere (an exception's
+    message, a handler's answer): a lone surrogate, which no UTF-8 can hold, written as its escape (`\\udcff`),
+    and the whole clipped to `max_chars` with an ellipsis."""
+    if not value.isascii():
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value if len(value) <= max_chars else value[: max_chars - 1] + "…"
+
+
 def optional_text(name: str, value: object, max_chars: int) -> str | None:
     return None if value is None else text(name, value, max_chars)
 
@@ -184,6 +193,14 @@ def job_input(job: object) -> str:
         integer("missed", job.missed, 0, MAX_INT32)
     optional_text("key", job.key, ID_MAX_CHARS)
     return encode_input(job.input)
+
+
+def job_inputs(jobs: object) -> list[str]:
+    """Checks every job of an `enqueue_many` batch before any is written; answers their encoded inputs. The batch
+    must be a sequence: a generator would be used up by the checks and leave nothing to write."""
+    if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
+        raise TypeError(f"jobs must be a sequence of JobInput (a list or tuple), not {type(jobs).__name__}")
+    return [job_input(job) for job in jobs]
 
 
 # The lease calls' checks take their arguments by name, as the `JobQueue` methods do (`_check_*` are the checks
@@ -413,23 +430,31 @@ def kv_write_args(key: object, value: object, ttl_seconds: object, expected: obj
     return ttl_ms(ttl_seconds)
 
 
+#: The most digits a counter's text may have (after an optional '-'): 2**63 has 19.
+COUNTER_MAX_DIGITS: Final = 19
+
+
 def increment_amount(amount: object) -> int:
+    """-(2**63 - 1) to 2**63 - 1: the MySQL kv reports "not counted" as the one value an amount of -(2**63) could
+    produce from a missing key, so neither store takes that amount."""
     return integer("amount", amount, INT64_MIN + 1, INT64_MAX)
 
 
 def increment_result(key: str, current: int, amount: int) -> int:
+    """The counter's new value, anywhere in the signed 64-bit range, both ends included."""
     result = current + amount
-    if not INT64_MIN < result <= INT64_MAX:
+    if not INT64_MIN <= result <= INT64_MAX:
         raise ValueError(f"incrementing {key!r} by {amount} leaves the signed 64-bit range")
     return result
 
 
 def parse_counter(key: str, value: str) -> int:
-    """A kv value that `increment` may count on: a plain signed 64-bit decimal integer."""
+    """A kv value that `increment` may count on: an optional '-' and 1 to 19 ASCII digits (nothing before or
+    after them, not even a line break), within the signed 64-bit range."""
     body = value[1:] if value.startswith("-") else value
-    if not body or not body.isascii() or not body.isdigit():
+    if not body or len(body) > COUNTER_MAX_DIGITS or not body.isascii() or not body.isdigit():
         raise ValueError(f"the value of {key!r} is not an integer: {value[:40]!r}")
     number = int(value)
-    if not INT64_MIN < number <= INT64_MAX:
+    if not INT64_MIN <= number <= INT64_MAX:
         raise ValueError(f"the value of {key!r} is outside the signed 64-bit range")
     return number

@@ -164,7 +164,7 @@ class MemoryJobQueue:
         return created
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
-        encoded = [check.job_input(job) for job in jobs]  # all checked before any is written
+        encoded = check.job_inputs(jobs)  # all checked before any is written
         at = self._now()
         answers = [self._insert(job, text, at) for job, text in zip(jobs, encoded, strict=True)]
         self._evict()
@@ -189,6 +189,10 @@ class MemoryJobQueue:
             if not self._current(row, version):
                 continue
             job = row.job
+            if job.status == "running" and (job.lease_until or 0) >= at:
+                # Found lapsed by an earlier claim, but the clock has stepped back since: under its lease again.
+                heapq.heappush(self._leases, (job.lease_until or 0, row.seq, version, row))
+                continue
             if job.status == "running":
                 lost = Attempt(
                     attempt=len(job.history) + 1,
@@ -406,7 +410,7 @@ class MemoryJobQueue:
         at = self._now()
         if row.job.status == "pending":
             self._update(row, row.job, status="cancelled", worker_id=None, updated_at=at)
-        else:
+        elif not row.job.cancel_requested:  # asked again: the cancel stands, and nothing changes
             self._update(row, row.job, cancel_requested=True, updated_at=at)
         self._evict()
         return True

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pymysql
-from pymysql.constants import CLIENT, ER
+from pymysql.constants import ER
 
 from ..contract import validation as check
 from ..contract.capabilities import DeletesUnchanged, TakesAbsent
@@ -72,17 +72,23 @@ class MysqlKv:
     async def increment(self, key: str, amount: int = 1) -> int:
         check.kv_key(key)
         check.increment_amount(amount)
-        # Counted in one statement: the new value comes back as LAST_INSERT_ID() + 2**63, and 0 means the live
-        # value was left alone (not an integer, or the sum would leave the signed 64-bit range).
+        # Counted in one statement: the new value comes back as LAST_INSERT_ID() - 2**63, and 0 means the live
+        # value was left alone (not an integer, or the sum would leave the signed 64-bit range) -- or that it
+        # was counted down to -2**63, the one new value that reads 0 too. Such a count changed the row (2
+        # affected rows, with or without CLIENT.FOUND_ROWS), a value left alone never does.
         args = {"k": key, "amount": amount}
         # Retried on a conflict: a statement that lost (a deadlock, or Galera's certification) changed nothing.
-        result = await self._store.retrying(lambda conn: conn.write_returning_id(self._sql.kv_increment, args))
-        if result == 0:
-            current = await self.get(key)
-            if current is not None:
-                check.increment_result(key, check.parse_counter(key, current), amount)  # raises the reason
-            raise ValueError(f"the value of {key!r} could not be incremented by {amount}")
-        return result - INT64_OFFSET
+        rows, result = await self._store.retrying(lambda conn: conn.write_returning_id(self._sql.kv_increment, args))
+        if result != 0:
+            return result - INT64_OFFSET
+        if rows == 2:
+            return check.INT64_MIN
+        current = await self.get(key)
+        if current is not None:
+            value = check.increment_result(key, check.parse_counter(key, current), amount)  # raises the reason
+            if amount == 0:
+                return value  # -2**63 plus nothing: a count that changed nothing, so no row reported it
+        raise ValueError(f"the value of {key!r} could not be incremented by {amount}")
 
     async def expire(self, key: str, ttl_seconds: float) -> None:
         check.kv_key(key)
@@ -130,7 +136,7 @@ class MysqlKv:
 
     async def take_absent(self, pairs: Sequence[tuple[str, str]], ttl_seconds: float | None = None) -> list[bool]:
         """`swap(key, None, value, ttl_seconds)` for many keys, answered per pair: one statement when every key
-        was absent (a worker's single-flight keys for one claim), a read and per-key swaps for the rest."""
+        was absent (a worker's single-flight keys for one claim), a read and per-key swaps when one was not."""
         items = list(pairs)
         ttl = None
         for key, value in items:
@@ -141,29 +147,18 @@ class MysqlKv:
             return []
         args = [arg for key, value in items for arg in (key, value, ttl)]
         sql = self._sql.kv_insert_absent.format(values=", ".join([self._sql.kv_insert_absent_values] * len(items)))
-
-        async def insert(conn: Connection) -> list[tuple[Any, ...]] | None:
-            inserted = await conn.write(sql, args)
-            # With CLIENT.FOUND_ROWS a key left alone counts 1 too: then the count proves nothing.
-            if inserted == len(items) and not getattr(conn.raw, "client_flag", 0) & CLIENT.FOUND_ROWS:
-                return None
-            return await conn.fetch(self._sql.kv_holders, ([k for k, _ in items],))
-
         try:
-            rows = await self._store.run(insert)
-            if rows is None:
-                return [True] * len(items)
+            # All or nothing: a key that exists (live or lapsed) fails the whole statement with 1062.
+            await self._store.run(lambda conn: conn.write(sql, args))
+            return [True] * len(items)
         except pymysql.err.MySQLError as error:
-            if not is_conflict(error):
+            if not (is_duplicate(error) or is_conflict(error)):  # a conflict: lost to another writer (Galera)
                 raise
-            rows = []  # lost to another writer (on Galera, at COMMIT): ask key by key
-        holding = {as_text(k): str(v) for k, v in rows}
-        answers = [holding.get(key) == value for key, value in items]
-        # Taken, or lapsed: swap() knows a lapsed key is absent.
-        for index, (key, value) in enumerate(items):
-            if not answers[index] and key not in holding:
-                answers[index] = await self.swap(key, None, value, ttl_seconds)
-        return answers
+        # Nothing was written. A live key is present, whatever it holds (the very value given included); the
+        # others are absent or lapsed, which swap() tells apart.
+        rows = await self._store.run(lambda conn: conn.fetch(self._sql.kv_holders, ([k for k, _ in items],)))
+        live = {as_text(k) for k, _v in rows}
+        return [key not in live and await self.swap(key, None, value, ttl_seconds) for key, value in items]
 
     async def delete_unchanged(self, pairs: Sequence[tuple[str, str]]) -> None:
         """Deletes each key that still holds the value paired with it, in one statement per 500 pairs: a

@@ -109,9 +109,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         return created
 
     async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
-        if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Sequence):
-            raise TypeError("jobs must be a sequence of JobInput")
-        encoded = [check.job_input(job) for job in jobs]  # every job checked before any is written
+        encoded = check.job_inputs(jobs)  # every job checked before any is written
         await self._store.ready()
         sizes = [self._store.check_fits(f"input of {j.id!r}", text) for j, text in zip(jobs, encoded, strict=True)]
         answers = [False] * len(jobs)

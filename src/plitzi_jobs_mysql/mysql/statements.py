@@ -170,6 +170,7 @@ def statements_for(prefix: str) -> Statements:
     # value fits the unsigned id and 0 can mean "not counted": one statement, whatever else writes the key.
     counted = "IF(LAST_INSERT_ID(CAST({n} + 9223372036854775808 AS UNSIGNED)) >= 0, CAST({n} AS CHAR), '')"
     current = "CAST(v AS DECIMAL(21, 0))"
+    int64 = "-9223372036854775808 AND 9223372036854775807"
     # A value compares as its bytes' length and SHA-256 (utf8mb4_bin is PAD SPACE, so `v = 'x '` would match
     # 'x'), so a swap sends its expected value as a digest and only the new value whole.
     same_value = "LENGTH(v) = %s AND SHA2(v, 256) = %s"
@@ -375,15 +376,18 @@ def statements_for(prefix: str) -> Statements:
         kv_set=f"REPLACE INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete=f"DELETE FROM {kv} WHERE k = %s",
         # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is
-        # not a counter, or a sum outside the signed 64-bit range, is left as it was and reported as 0.
+        # not a counter, or a sum outside the signed 64-bit range, is left as it was and reported as 0. A counter
+        # is '-'? and 1 to 19 digits, whole: `$` matches before a final line break too (PCRE and ICU alike, and
+        # ICU before \r, U+2028 and others as well), so a second test refuses any other character in the value.
+        # Neither needs a backslash, which sql_mode NO_BACKSLASH_ESCAPES would read differently.
         kv_increment=(
             f"INSERT INTO {kv} (k, v, expires_at) VALUES (%(k)s, "
             + counted.format(n="CAST(%(amount)s AS DECIMAL(21, 0))")
             + ", NULL) ON DUPLICATE KEY UPDATE "
             f"v = IF({lapsed}, "
             + counted.format(n="CAST(%(amount)s AS DECIMAL(21, 0))")
-            + ", IF(v REGEXP '^-?[0-9]{1,19}$' AND "
-            f"{current} + %(amount)s BETWEEN -9223372036854775807 AND 9223372036854775807, "
+            + ", IF(v REGEXP '^-?[0-9]{1,19}$' AND v NOT REGEXP '[^-0-9]' "
+            f"AND {current} BETWEEN {int64} AND {current} + %(amount)s BETWEEN {int64}, "
             + counted.format(n=f"({current} + %(amount)s)")
             + ", IF(LAST_INSERT_ID(0) = 0, v, v))), "
             f"expires_at = IF({lapsed}, NULL, expires_at)"
@@ -394,11 +398,11 @@ def statements_for(prefix: str) -> Statements:
         kv_replace=(f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND {same_value} AND {live}"),
         kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND {same_value} AND {live}",
         kv_purge_lapsed=f"DELETE FROM {kv} WHERE expires_at <= {NOW_MS} LIMIT %s",
-        # Many `swap(k, None, v)` in one statement: a key that exists is left exactly as it was (no IGNORE, which
-        # would turn other errors into warnings and send a SHOW WARNINGS), and counts 0 rows without
-        # CLIENT.FOUND_ROWS; the caller reads which keys it got unless every row counted as inserted.
+        # Many `swap(k, None, v)` in one statement, all or nothing: a key that exists fails it with 1062 and the
+        # caller asks key by key. Not an upsert leaving existing keys alone: its affected rows cannot tell a key
+        # this statement wrote from one that already held the same value, which swap() answers False for.
         kv_insert_absent_values=f"(%s, %s, {NOW_MS} + %s)",
-        kv_insert_absent=f"INSERT INTO {kv} (k, v, expires_at) VALUES {{values}} ON DUPLICATE KEY UPDATE k = k",
+        kv_insert_absent=f"INSERT INTO {kv} (k, v, expires_at) VALUES {{values}}",
         kv_holders=f"SELECT k, v FROM {kv} WHERE k IN %s AND {live}",
         # Deletes each key only while it still holds the value given with it (an OR of primary-key lookups).
         # The values here are a worker's short tokens, sent whole and compared as bytes (PAD SPACE would not do).

@@ -179,13 +179,15 @@ class Scheduler:
         """Re-derives one space's schedules from its actions. Call it whenever they change."""
         entries = await self.lookups.list_actions(space_id)
         at = await self.queue.now()
-        schedules: list[ScheduleInput] = []
+        schedules: dict[str, ScheduleInput] = {}
         for entry in entries:
             schedule, problem = read_schedule(
                 entry, space_id, self.settings.environment, at, self.settings.max_attempts
             )
+            if schedule is not None and schedule.action_id in schedules:
+                schedule, problem = None, "the action is listed twice; the first one listed is kept"
             if schedule is not None:
-                schedules.append(schedule)
+                schedules[schedule.action_id] = schedule
             elif problem is not None:
                 # The others are reconciled all the same; this one has no schedule row (an existing one is
                 # removed) until its action is fixed, and says so every reconcile.
@@ -195,7 +197,7 @@ class Scheduler:
                     str(entry.id)[:ID_SHOWN],
                     problem,
                 )
-        await self.queue.put_schedules(space_id=space_id, schedules=schedules)
+        await self.queue.put_schedules(space_id=space_id, schedules=list(schedules.values()))
 
     async def _scheduled_spaces(self) -> list[int]:
         listed = getattr(self.lookups, "list_scheduled_spaces", None)

@@ -7,14 +7,15 @@ a sweep then reads is a due time, not every action of the deployment parsed agai
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final, Protocol, runtime_checkable
 
+from ..contract import validation as check
 from ..contract.clock import to_epoch_ms
-from ..contract.cron import cron_next_fire, is_known_time_zone, is_valid_cron
-from ..contract.validation import ID_MAX_CHARS, MAX_INSTANT_MS, NAME_MAX_CHARS
-from ..records import ScheduleInput, schedule_job_id
+from ..contract.cron import cron_next_fire
+from ..records import ScheduleInput
+from ..records import schedule_job_id as schedule_job_id  # named beside schedule_for in API.md
 
 #: Attempts a scheduled job is given before it is left for an operator.
 DEFAULT_MAX_ATTEMPTS: Final = 3
@@ -59,9 +60,10 @@ def schedule_for(
 ) -> ScheduleInput | None:
     """The schedule an action declares as of `at`, or None.
 
-    None for no schedule, an empty expression, or an expression or zone this cannot use (`schedule_problem`
-    says which). A zone nobody knows is never read as UTC: a schedule that fires at the wrong hour is worse than
-    one that visibly never fires.
+    None for no schedule, an empty expression, or an action the store would refuse (`schedule_problem` says
+    why: an expression, zone or action id it cannot take). A zone nobody knows is never read as UTC: a schedule
+    that fires at the wrong hour is worse than one that visibly never fires. A bad `space_id`, `environment` or
+    `max_attempts`, the caller's own, raises.
     """
     return read_schedule(entry, space_id, environment, at, max_attempts)[0]
 
@@ -74,34 +76,46 @@ def schedule_problem(entry: ActionEntry, space_id: int, at: datetime) -> str | N
 def read_schedule(
     entry: ActionEntry, space_id: int, environment: str, at: datetime, max_attempts: int
 ) -> tuple[ScheduleInput | None, str | None]:
-    """The schedule `entry` declares, or None and why not (None too when it declares none)."""
+    """The schedule `entry` declares, or None and why not (None too when it declares none).
+
+    The action's fields are checked by the store's own rules (`validation.schedule_input`, which `put_schedules`
+    runs), not by a copy of them: whatever this answers, the store takes, so one unusable action is skipped here
+    rather than refusing its space's whole set there. The caller's own arguments are checked first, raising."""
+    check.space_id(space_id)
+    check.text("environment", environment, check.NAME_MAX_CHARS)
+    check.integer("max_attempts", max_attempts, 1, check.MAX_INT32)
     trigger = entry.schedule
     if trigger is None:
         return None, None
-    cron = (trigger.cron or "").strip()
-    if not cron:
+    cron = _stripped(trigger.cron)
+    if cron is None:
         return None, None  # an empty expression declares no schedule
-    if len(cron) > ID_MAX_CHARS or not is_valid_cron(cron):
-        return None, f"{cron[:ID_MAX_CHARS]!r} is not a five-field cron expression this can read"
-    zone = (trigger.timezone or "").strip() or None
-    if zone is not None and (len(zone) > NAME_MAX_CHARS or not is_known_time_zone(zone)):
-        return None, f"time zone {zone[:NAME_MAX_CHARS]!r} is unknown (it is never read as UTC)"
-    if len(schedule_job_id(space_id, entry.id, MAX_INSTANT_MS)) > ID_MAX_CHARS:
-        return None, f"the action id is too long: its fires' job id would pass {ID_MAX_CHARS} characters"
-    next_fire = cron_next_fire(cron, at, zone)
-    if next_fire is None:
-        return None, f"{cron!r} never fires within four years"
-    schedule = ScheduleInput(
+    zone = _stripped(trigger.timezone)
+    draft = ScheduleInput(
         space_id=space_id,
         action_id=entry.id,
-        cron=cron,
+        cron=cron,  # type: ignore[arg-type]  # whatever the lookups gave: the check says what is wrong with it
         environment=environment,
         enabled=bool(trigger.enabled),
-        next_run_at=to_epoch_ms(next_fire),
+        next_run_at=0,
         max_attempts=max_attempts,
-        timezone=zone,
+        timezone=zone,  # type: ignore[arg-type]
     )
-    return schedule, None
+    try:
+        check.schedule_input(draft, space_id)
+    except (TypeError, ValueError) as error:
+        return None, str(error)
+    next_fire = cron_next_fire(draft.cron, at, draft.timezone)
+    if next_fire is None:
+        return None, f"{draft.cron!r} never fires within four years"
+    return replace(draft, next_run_at=to_epoch_ms(next_fire)), None
+
+
+def _stripped(value: object) -> object:
+    """A trigger's text without the blanks around it, None when nothing is left; anything else as it came."""
+    if isinstance(value, str):
+        return value.strip() or None
+    return value
 
 
 def schedules_for(

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Final, TypeVar
 
+from ..contract import validation as check
 from ..errors import StoreUnavailableError
 
 # The worker's logger: operators filter on one name for everything a worker does.
@@ -55,7 +56,7 @@ def log_error(error: BaseException) -> None:
 
 
 def clip(text: str, limit: int = ERROR_CLIP_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return check.storable_text(text, limit)  # what the store takes whole, so the settle is never refused
 
 
 def describe(error: BaseException) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final, Unpack
 
+from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs
 from ..contract.events import Emitter
 from ..contract.protocols import JobQueue, KvStore
@@ -44,7 +45,8 @@ MAX_CLAIMS_IN_FLIGHT: Final = 2
 
 
 def _default_worker_id() -> str:
-    return f"{socket.gethostname()[:120]}:{os.getpid()}:{secrets.token_hex(4)}"
+    # A host name that is not UTF-8 comes back with lone surrogates, which no store takes as a worker id.
+    return f"{check.storable_text(socket.gethostname(), 120)}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
 class JobWorker:

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 from .server import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
 
 if TYPE_CHECKING:
-    from .contract import JobQueueContract, KvContract
+    from .contract import ClockStepContract, JobQueueContract, KvContract
 
 __all__ = [
+    "ClockStepContract",
     "JobQueueContract",
     "KvContract",
     "LocalMysqlServer",
@@ -33,11 +34,14 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("JobQueueContract", "KvContract"):
+    if name in ("ClockStepContract", "JobQueueContract", "KvContract"):
         import pytest
 
         # A failing contract shows the values it compared (also when the plugin is disabled with -p no:...).
-        parts = ("contract", "enqueue_contract", "lease_contract", "schedule_contract", "kv_contract", "support")
+        parts = (
+            "contract", "enqueue_contract", "lease_contract", "schedule_contract", "activity_contract",
+            "clock_contract", "kv_contract", "support",
+        )  # fmt: skip
         pytest.register_assert_rewrite(*(f"{__name__}.{part}" for part in parts))
         from . import contract
 

@@ -137,6 +137,16 @@ class KvCapabilityContract:
         assert await kv.get("dup") is None
         assert await taking.take_absent([], 60) == []
 
+    async def test_take_absent_finds_a_key_holding_the_very_value_given_present(self, kv: KvStore) -> None:
+        # As swap(key, None, value): a live key is present whatever it holds, the value given included (a worker's
+        # own token on a job it still runs must not let it start the job twice).
+        taking: TakesAbsent = _offers(kv, TakesAbsent)
+        await kv.set("mine", "me-1", 60)
+        assert await taking.take_absent([("mine", "me-1"), ("free", "me-2")], 60) == [False, True]
+        assert await taking.take_absent([("mine", "me-1")], 60) == [False]
+        assert await taking.take_absent([("free", "me-2"), ("mine", "me-1")], None) == [False, False]
+        assert [await kv.get(k) for k in ("mine", "free")] == ["me-1", "me-2"]
+
     async def test_delete_unchanged_deletes_only_keys_still_holding_their_value(self, kv: KvStore) -> None:
         deleting: DeletesUnchanged = _offers(kv, DeletesUnchanged)
         for key, value in (("mine", "me-1"), ("taken", "someone-else"), ("also-mine", "me-2")):

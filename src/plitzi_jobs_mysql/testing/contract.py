@@ -11,8 +11,9 @@ attempt. Subclass a suite and supply a fixture that yields a fresh, empty subjec
 
 Time moves through the `advance` fixture: by default real time passes (leases are tens of milliseconds and the
 tests poll the store's clock until it has moved on, never a fixed sleep); a store that takes an injected clock
-overrides `advance` to move it at once, so the suite runs without waiting. The kv suite always runs on the
-store's own clock: a kv lifetime is judged by the store itself.
+overrides `advance` to move it at once, so the suite runs without waiting; such a store may also mix in
+`ClockStepContract` (clock_contract.py) with a `rewind` fixture, for a clock that steps back. The kv suite always
+runs on the store's own clock: a kv lifetime is judged by the store itself.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import pytest
 from ..contract.protocols import JobQueue
 from .activity_contract import ActivityContract
 from .capability_contract import CapabilityContract
+from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
 from .schedule_contract import OperatorContract, ScheduleContract
 from .support import Advance, real_time_advance
 
-__all__ = ["JobQueueContract", "KvContract"]
+__all__ = ["ClockStepContract", "JobQueueContract", "KvContract"]
 
 
 class JobQueueContract(

@@ -96,6 +96,16 @@ class EnqueueContract:
                 created[item.id] = created.get(item.id, 0) + int(ok)
         assert set(created.values()) == {1}
 
+    async def test_enqueue_many_takes_a_sequence_only(self, queue: JobQueue) -> None:
+        # A generator or a dict view would be read once to check it and could not be read again to write it: refused
+        # whole, in every store alike, before anything is written.
+        batches: list[Any] = [(job(f"gen-{n}") for n in range(3)), {"v": job("v")}.values(), job("bare"), "job-1", None]
+        for batch in batches:
+            with pytest.raises(TypeError, match="sequence"):
+                await queue.enqueue_many(batch)
+        assert (await queue.list_jobs(space_ids=[1])).total == 0
+        assert await queue.enqueue_many((job("a"), job("b"))) == [True, True]  # a tuple is a sequence
+
     async def test_a_batch_with_one_bad_job_writes_nothing(self, queue: JobQueue) -> None:
         with pytest.raises(ValueError):
             await queue.enqueue_many([job("fine"), job("x" * 192)])

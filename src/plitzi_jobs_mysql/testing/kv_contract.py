@@ -78,12 +78,46 @@ class KvContract(KvCapabilityContract):
         await asyncio.sleep(0.25)  # the old lifetime is lost with the old value
         assert await kv.get("n") == "3"
 
-    async def test_increment_refuses_what_is_not_a_counter(self, kv: KvStore) -> None:
-        for text in ["abc", "1.5", "", " 1", "1e3", "99999999999999999999"]:
-            await kv.set("text", text)
+    async def test_increment_counts_to_both_ends_of_the_signed_64_bit_range(self, kv: KvStore) -> None:
+        low, high = -(2**63), 2**63 - 1
+        await kv.set("low", str(low))
+        assert await kv.increment("low") == low + 1  # the lowest value a counter may hold counts on
+        assert await kv.increment("low", -1) == low  # and may be reached
+        assert await kv.increment("low", 0) == low
+        with pytest.raises(ValueError):
+            await kv.increment("low", -1)
+        assert await kv.get("low") == str(low)
+        assert await kv.increment("low", high) == -1
+        await kv.set("high", str(high))
+        with pytest.raises(ValueError):
+            await kv.increment("high")
+        assert await kv.get("high") == str(high)
+        assert await kv.increment("high", -high) == 0
+        assert await kv.increment("fresh", -high) == -high
+        for outside in [str(low - 1), str(high + 1)]:
+            await kv.set("outside", outside)
             with pytest.raises(ValueError):
-                await kv.increment("text")
-            assert await kv.get("text") == text
+                await kv.increment("outside")
+            assert await kv.get("outside") == outside
+        for amount in [low, high + 1]:  # an amount is at most 2**63 - 1 either way
+            with pytest.raises(ValueError):
+                await kv.increment("amount", amount)
+        assert await kv.get("amount") is None
+
+    async def test_increment_refuses_what_is_not_a_counter(self, kv: KvStore) -> None:
+        # A counter is an optional '-' and 1 to 19 ASCII digits: a line break after it is not one, even where a
+        # regular expression's `$` would match before it.
+        texts = ["abc", "1.5", "", " 1", "1e3", "99999999999999999999", "00000000000000000001", "+1", "-", "١"]
+        texts += ["5\n", "-5\n", "5\r\n", "5\r", "\n5", "5\u2028", "5\u0085", "5\x00", "5\n\n", "5 "]
+        counted = []
+        for text in texts:
+            await kv.set("text", text)
+            try:
+                counted.append((text, await kv.increment("text")))
+            except ValueError:
+                pass
+            assert await kv.get("text") == text or counted
+        assert counted == []  # (value, what increment answered) for each that counted
         with pytest.raises(TypeError):
             await kv.increment("n", 1.0)  # type: ignore[arg-type]
         with pytest.raises(TypeError):

@@ -175,6 +175,19 @@ class OperatorContract:
         assert await queue.cancel([1], "missing") is False
         assert await queue.cancel([], "running") is False
 
+    async def test_a_repeated_cancel_of_a_running_job_changes_nothing(self, queue: JobQueue, advance: Advance) -> None:
+        await queue.enqueue_many([job("running"), job("other")])
+        await claim_one(queue, "w1")
+        assert await queue.cancel([1], "running") is True
+        asked = await queue.get_job([1], "running")
+        await advance(5)
+        await queue.claim(worker_id="w2", lease_ms=60_000, limit=1)  # "other" is now the newest change
+        await advance(5)
+        assert await queue.cancel([1], "running") is True  # asked again: still a running job under cancel
+        again = await queue.get_job([1], "running")
+        assert asked is not None and again == asked  # updated_at included: the second ask changed nothing
+        assert [j.id for j in (await queue.list_jobs(space_ids=[1])).jobs] == ["other", "running"]
+
     async def test_cancel_pending_by_key(self, queue: JobQueue) -> None:
         for n in range(4):
             await queue.enqueue(job(f"k{n}", key="digest"))

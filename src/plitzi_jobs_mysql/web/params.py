@@ -51,12 +51,14 @@ def space(query: Mapping[str, str], scope: Sequence[int] | None, name: str = "sp
 
 
 def identifier(query: Mapping[str, str], name: str) -> str | None:
+    """An id as the store takes it: checked by the store's own rule (`validation.text`), not a copy of it."""
     text = _one(query, name)
     if text is None:
         return None
-    if len(text) > check.ID_MAX_CHARS:
-        raise BadRequest(f"{name} is {len(text)} characters long; ids have at most {check.ID_MAX_CHARS}")
-    return text
+    try:
+        return check.text(name, text, check.ID_MAX_CHARS)
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
 
 
 def status(query: Mapping[str, str], *, allowed: frozenset[str] = JOB_STATUSES) -> str | None:
