@@ -48,12 +48,12 @@ bench-quick: setup
 	$(PY) bench/run.py --quick
 
 ## make soak [SECONDS=120]; a fault run instead: make soak FAULT=proxy|kill|read-only|silent|galera [JOBS=10000]
-## (on throwaway servers only; tests/faults.py says what each does)
+## (on throwaway servers only; tests/harness/injectors.py says what each does)
 SECONDS ?= 120
 FAULT ?=
 JOBS ?=
 soak: setup
-	$(PY) -m tests.soak --seconds $(SECONDS) $(if $(FAULT),--fault $(FAULT)) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m tests.harness.soak --seconds $(SECONDS) $(if $(FAULT),--fault $(FAULT)) $(if $(JOBS),--jobs $(JOBS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build src/*.egg-info

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from plitzi_jobs_mysql.mysql import create_mysql_job_queue
-from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, table_names
+from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, table_names
 from plitzi_jobs_mysql.mysql.session import bind
 
 LEASE_PREFIX = "lease_"

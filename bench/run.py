@@ -34,7 +34,7 @@ from pymysql.constants import ER
 
 from plitzi_jobs_mysql.mysql import create_mysql_job_queue
 from plitzi_jobs_mysql.mysql.queue_core import LAPSED_READ_EVERY_MS
-from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, table_names
+from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, table_names
 from plitzi_jobs_mysql.mysql.session import bind
 from plitzi_jobs_mysql.mysql.statements import NOW_MS, statements_for
 from plitzi_jobs_mysql.records import JobInput

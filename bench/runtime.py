@@ -21,7 +21,7 @@ from typing import Any
 import aiomysql
 
 from plitzi_jobs_mysql import create_job_worker, create_mysql_job_queue, create_mysql_kv
-from plitzi_jobs_mysql.mysql.schema import table_names
+from plitzi_jobs_mysql.mysql.schema.state import table_names
 from plitzi_jobs_mysql.records import Job, JobInput
 
 JOBS = table_names("").jobs

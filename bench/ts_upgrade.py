@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pymysql
 
-from plitzi_jobs_mysql.mysql.migrate import plan_migration, run_migration
+from plitzi_jobs_mysql.mysql.schema.migrate import plan_migration, run_migration
 from plitzi_jobs_mysql.testing import fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
 

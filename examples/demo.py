@@ -8,7 +8,7 @@ it at the end), or a throwaway local MariaDB/MySQL started for the run when neit
 
 1. saves two every-minute schedules (first fires a few seconds away) and enqueues jobs: some now, some delayed,
    two that fail once and are retried, one that asks to be retried later, and one long import;
-2. starts two replicas (``python -m tests.replica`` from this checkout: scheduler + worker, their own
+2. starts two replicas (``python -m tests.harness.replica`` from this checkout: scheduler + worker, their own
    pools, kv single-flight), which sweep the schedules and drain the queue together;
 3. kills the replica running the long import with SIGKILL, mid-job: the other takes it over once the lease
    lapses, and the job's history keeps the ``lost`` attempt;
@@ -46,9 +46,9 @@ from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-# The replica program is this checkout's test program (tests/replica.py), not part of the installed package.
+# The replica program is this checkout's test program (tests/harness/replica.py), not part of the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.replica import LedgerRow, ensure_ledger, read_ledger, spawn_replica
+from tests.harness.replica import LedgerRow, ensure_ledger, read_ledger, spawn_replica
 
 SPACE = 1
 SCHEDULES = {"digest": "* * * * *", "report": "* * * * *"}

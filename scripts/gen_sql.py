@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from plitzi_jobs_mysql.migrations import sql_script
-from plitzi_jobs_mysql.mysql.schema import mysql_job_schema_statements, mysql_job_schema_upgrades
+from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
 
 SQL_DIR = Path(__file__).resolve().parent.parent / "sql"
 COMMAND = "python scripts/gen_sql.py"

@@ -3,9 +3,13 @@
 This module is the public surface, re-exported; nothing else lives here.
 """
 
-from .clock import StoreClock, create_store_clock
-from .contract import JobQueue, KvStore
-from .cron import cron_fires_between, cron_next_fire, is_known_time_zone
+from .assembly.action_jobs import ActionJobs, create_action_jobs
+from .assembly.signals import close_on_signals
+from .contract.clock import StoreClock, create_store_clock
+from .contract.cron import cron_fires_between, cron_next_fire, is_known_time_zone
+from .contract.events import EventHook, EventKind, JobEvent
+from .contract.protocols import JobQueue, KvStore
+from .contract.wakeups import LocalWakeups, WakeupChannel
 from .errors import (
     ConnectionCharsetError,
     KvRowLockedError,
@@ -14,8 +18,6 @@ from .errors import (
     SchemaMismatchError,
     StoreUnavailableError,
 )
-from .events import EventHook, EventKind, JobEvent
-from .jobs import ActionJobs, create_action_jobs
 from .memory import create_memory_job_queue, create_memory_kv
 from .mysql import (
     MysqlJobQueue,
@@ -37,12 +39,11 @@ from .records import (
     Schedule,
     ScheduleInput,
     SweepResult,
+    schedule_job_id,
 )
-from .scheduler import Scheduler, create_scheduler
-from .schedules import ActionEntry, ActionLookups, ScheduleTrigger, schedule_for, schedule_job_id
-from .signals import close_on_signals
-from .wakeups import LocalWakeups, WakeupChannel
-from .worker import JobWorker, PermanentFailure, RetryLater, create_job_worker
+from .runtime.scheduler import Scheduler, create_scheduler
+from .runtime.schedules import ActionEntry, ActionLookups, ScheduleTrigger, schedule_for
+from .runtime.worker import JobWorker, PermanentFailure, RetryLater, create_job_worker
 
 __all__ = [
     "ActionEntry",

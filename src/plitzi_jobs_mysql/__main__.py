@@ -1,5 +1,5 @@
 """`python -m plitzi_jobs_mysql`: the same command line as the `plitzi-jobs-mysql` console script."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

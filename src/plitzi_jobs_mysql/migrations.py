@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from .mysql.schema import mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
-from .mysql.tables import side_names
+from .mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
+from .mysql.schema.tables import side_names
 
 __all__ = [
     "ALEMBIC_SCRIPT_LOCATION",

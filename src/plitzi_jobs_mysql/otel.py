@@ -37,8 +37,8 @@ except ImportError as missing:  # said plainly: the extra is what a user forgot
         "plitzi_jobs_mysql.otel needs OpenTelemetry: pip install 'plitzi_jobs_mysql[otel]'"
     ) from missing
 
-from .contract import JobQueue
-from .events import EventKind, JobEvent
+from .contract.events import EventKind, JobEvent
+from .contract.protocols import JobQueue
 from .records import JOB_STATUSES, Job
 
 logger = logging.getLogger(__name__)

@@ -188,3 +188,12 @@ class QueueStats:
             for (space_id, action_id), rows in sorted(per_action.items())
         )
         return cls(now=now, actions=actions, **summed([row for rows in per_action.values() for row in rows]))
+
+
+def schedule_job_id(space_id: int, action_id: str, fire_at: int) -> str:
+    """The id a fire gets, and the whole of the exactly-once guarantee.
+
+    Derived from the STORED fire instant rather than from any node's reading of the clock, so two replicas
+    that disagree about what time it is still write the same id, and the second one's enqueue is a no-op.
+    """
+    return f"schedule:{space_id}:{action_id}:{fire_at}"

@@ -21,7 +21,7 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from .wakeups import LocalWakeups, Unsubscribe
+from .contract.wakeups import LocalWakeups, Unsubscribe
 
 logger = logging.getLogger(__name__)
 

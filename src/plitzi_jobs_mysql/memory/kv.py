@@ -6,8 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .. import validation as check
-from ..contract import KvStore
+from ..contract import validation as check
+from ..contract.protocols import KvStore
 from .wall_clock import wall_clock_ms
 
 

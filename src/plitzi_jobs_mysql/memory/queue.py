@@ -11,10 +11,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import validation as check
-from ..clock import from_epoch_ms
-from ..contract import JobQueue
-from ..events import Emitter, dead_by_loss
+from ..contract import validation as check
+from ..contract.clock import from_epoch_ms
+from ..contract.events import Emitter, dead_by_loss
+from ..contract.protocols import JobQueue
+from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..records import (
     LOST_ERROR,
     TERMINAL_STATUSES,
@@ -28,7 +29,6 @@ from ..records import (
     Schedule,
     ScheduleInput,
 )
-from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
 

@@ -2,7 +2,7 @@
 
 from .kv import MysqlKv, create_mysql_kv
 from .queue import MysqlJobQueue, create_mysql_job_queue
-from .schema import mysql_job_schema_statements, mysql_job_schema_upgrades
+from .schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
 
 __all__ = [
     "MysqlJobQueue",

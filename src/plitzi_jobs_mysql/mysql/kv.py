@@ -13,7 +13,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT, ER
 
-from .. import validation as check
+from ..contract import validation as check
 from ..errors import KvRowLockedError, StoreUnavailableError
 from .session import RETRIES, Connection, MysqlStore, as_text, error_code, is_conflict, is_duplicate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import validation as check
+from ..contract import validation as check
 from ..records import Job, JobPage, QueueStats
 from .queue_core import QueueCore
 from .rows import job_from_row

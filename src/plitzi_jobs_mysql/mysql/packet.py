@@ -8,8 +8,8 @@ quotes, backslashes, NUL, CR, LF and Ctrl-Z with a backslash, so text full of th
 
 from __future__ import annotations
 
+from ..contract.validation import PAYLOAD_MAX_BYTES
 from ..errors import PayloadTooLargeError
-from ..validation import PAYLOAD_MAX_BYTES
 
 #: Room in a statement for its SQL text and every other field (ids, names: a few KiB at most).
 STATEMENT_ROOM = 64 * 1024

@@ -11,10 +11,10 @@ from typing import Any
 
 import pymysql
 
-from .. import validation as check
-from ..events import Emitter, dead_by_loss
+from ..contract import validation as check
+from ..contract.events import Emitter, dead_by_loss
+from ..contract.wakeups import WakeupChannel
 from ..records import LOST_ERROR, AttemptOutcome, Job, JobInput
-from ..wakeups import WakeupChannel
 from .operator_calls import OperatorCalls
 from .packet import room_for_payload
 from .queue_core import log

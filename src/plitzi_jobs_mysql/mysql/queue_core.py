@@ -10,11 +10,11 @@ from typing import Any
 
 import pymysql
 
-from .. import validation as check
-from ..clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
+from ..contract import validation as check
+from ..contract.clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
+from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..errors import StoreUnavailableError
-from ..wakeups import LOCAL_WAKEUPS, WakeupChannel
-from .schema import table_names
+from .schema.state import table_names
 from .session import Connection, MysqlStore, is_conflict
 
 # The queue's logger, whichever of its modules logs.

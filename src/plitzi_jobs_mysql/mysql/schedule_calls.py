@@ -7,7 +7,7 @@ from typing import Any
 
 import pymysql
 
-from .. import validation as check
+from ..contract import validation as check
 from ..records import Schedule, ScheduleInput
 from .queue_core import QueueCore
 from .rows import schedule_from_row

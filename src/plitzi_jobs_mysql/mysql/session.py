@@ -27,9 +27,9 @@ from pymysql.constants import CR, ER
 from ..errors import ConnectionCharsetError, PayloadTooLargeError, StoreUnavailableError
 from . import packet
 from .flavour import CAUSAL_WAIT, GROUP_CONSISTENCY, Flavour, flavour_of
-from .schema import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
+from .schema.state import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
+from .schema.tables import table_names
 from .statements import CLUSTER_PROBE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
-from .tables import table_names
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..records import JobStatus
-from .tables import table_names
+from .schema.tables import table_names
 
 #: The server's now in epoch ms, exact in any session time zone (UNIX_TIMESTAMP(NOW(3)) is an hour wrong
 #: inside a daylight-saving fall-back hour).

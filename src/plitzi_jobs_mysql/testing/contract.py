@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..contract import JobQueue
+from ..contract.protocols import JobQueue
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract

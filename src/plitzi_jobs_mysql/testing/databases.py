@@ -12,7 +12,7 @@ from typing import Any
 
 import pymysql
 
-from plitzi_jobs_mysql.url import MysqlUrl, parse_mysql_url
+from ..url import MysqlUrl, parse_mysql_url
 
 __all__ = ["connect", "fresh_database"]
 

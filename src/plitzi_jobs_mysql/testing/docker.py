@@ -10,9 +10,9 @@ import subprocess
 import time
 from collections.abc import Iterator
 
-from plitzi_jobs_mysql.url import MysqlUrl
+from ..url import MysqlUrl
 
-__all__ = ["DOCKER_IMAGE", "docker_available", "docker_mysql_url"]
+__all__ = ["DOCKER_IMAGE", "docker_available", "docker_image_ready", "docker_mysql_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,30 @@ def docker_available(timeout: float = 5.0) -> bool:
             client.close()
     except Exception:
         return False
+
+
+def docker_image_ready(image: str = DOCKER_IMAGE, timeout: float = 300.0) -> bool:
+    """Whether `image` is on the daemon or can be pulled now. A daemon with no registry in reach (a closed network)
+    says so in one warning, and the caller falls back to a local server. Never raises."""
+    cli = shutil.which("docker")
+    if cli is None:
+        return True  # only the SDK: testcontainers pulls it, and says why if it cannot
+    try:
+        inspect = subprocess.run([cli, "image", "inspect", image], capture_output=True, timeout=30,
+                                 stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+        if inspect.returncode == 0:
+            return True
+        pulled = subprocess.run([cli, "pull", "-q", image], capture_output=True, text=True, timeout=timeout,
+                                stdin=subprocess.DEVNULL, check=False)  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as error:
+        logger.warning("a Docker daemon answers but image %s could not be checked (%s); not using Docker", image, error)
+        return False
+    if pulled.returncode != 0:
+        reason = (pulled.stderr or pulled.stdout).strip().splitlines()[-1:] or ["no reason given"]
+        logger.warning("a Docker daemon answers but image %s is not there and cannot be pulled (%s); not using Docker",
+                       image, reason[0])  # fmt: skip
+        return False
+    return True
 
 
 @contextlib.contextmanager

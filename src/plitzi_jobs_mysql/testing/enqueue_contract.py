@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ..contract import JobQueue
+from ..contract.protocols import JobQueue
 from .support import job, now_ms
 
 

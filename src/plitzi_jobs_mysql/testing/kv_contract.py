@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ..contract import KvStore
+from ..contract.protocols import KvStore
 from .support import eventually
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..contract import JobQueue
+from ..contract.protocols import JobQueue
 from ..records import AttemptOutcome
 from .support import Advance, claim_one, job, now_ms
 

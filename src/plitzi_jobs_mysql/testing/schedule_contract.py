@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from ..contract import JobQueue
+from ..contract.protocols import JobQueue
 from ..records import AttemptOutcome
 from .support import Advance, claim_one, job, now_ms, schedule
 

@@ -29,10 +29,9 @@ from pathlib import Path
 
 import pymysql
 
-from plitzi_jobs_mysql.url import parse_mysql_url
-
+from ..url import parse_mysql_url
 from .databases import fresh_database
-from .docker import DOCKER_IMAGE, docker_available, docker_mysql_url
+from .docker import DOCKER_IMAGE, docker_available, docker_image_ready, docker_mysql_url
 from .host import (
     SEARCH_DIRS,
     find_server_binary,
@@ -422,7 +421,7 @@ def mysql_server_url() -> Iterator[str]:
         logger.info("using the server in %s", ENV_URL)
         yield env_url
         return
-    if docker_available():
+    if docker_available() and docker_image_ready(DOCKER_IMAGE):
         with docker_mysql_url(_HOW_TO_GET_ONE) as url:
             yield url
         return

@@ -7,8 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ..clock import to_epoch_ms
-from ..contract import JobQueue
+from ..contract.clock import to_epoch_ms
+from ..contract.protocols import JobQueue
 from ..records import Job, JobInput, ScheduleInput
 
 T = TypeVar("T")

@@ -13,8 +13,7 @@ from typing import Any
 
 import pymysql
 
-from plitzi_jobs_mysql.url import parse_mysql_url
-
+from ..url import parse_mysql_url
 from .databases import connect
 from .host import find_binary
 

@@ -1,0 +1,1 @@
+"""Slow tests: several processes, killed workers, restarted servers, clusters, fault injection."""

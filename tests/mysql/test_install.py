@@ -1,0 +1,238 @@
+"""What a user meets: the sdist and wheel built from this checkout, installed into a fresh virtualenv in a temporary
+project directory outside the checkout, running the README's examples against a real server.
+
+One sdist, one wheel (built from the sdist, so the sdist is proved complete) and one virtualenv serve the whole
+module; pip's own cache is reused, so only the first run on a machine downloads anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ..conftest import mariadb_client, sql
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@dataclass(frozen=True)
+class Installed:
+    sdist: Path
+    wheel: Path
+    venv: Path
+    project: Path  # an empty directory outside the checkout: the user's project
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def run(self, *args: str | Path, env: dict[str, str] | None = None, timeout: float = 300,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """Runs a command of the virtualenv in the user's project, with nothing of this checkout on the path."""
+        clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PLITZI_MYSQL_URL")}
+        clean["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{clean.get('PATH', '')}"
+        clean.update(env or {})
+        return subprocess.run(
+            [str(a) for a in args], cwd=self.project, env=clean, capture_output=True, text=True, timeout=timeout,
+            input=input,
+        )
+
+
+def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
+    assert result.returncode == 0, f"{what} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    base = tmp_path_factory.mktemp("user")
+    dist = base / "dist"
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    _check(built, "python -m build")
+    (sdist,) = dist.glob("*.tar.gz")
+    (wheel,) = dist.glob("*.whl")
+    venv = base / "venv"
+    _check(subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True), "venv")
+    project = base / "project"
+    project.mkdir()
+    target = Installed(sdist=sdist, wheel=wheel, venv=venv, project=project)
+    _check(target.run(target.python, "-m", "pip", "install", "-q", f"{wheel}[testing]"), "pip install")
+    yield target
+
+
+def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        names = set(wheel.namelist())
+        (metadata,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+        meta = wheel.read(metadata).decode()
+        entry_points = wheel.read(metadata.replace("METADATA", "entry_points.txt")).decode()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), sorted(names)
+    assert "License-Expression: MIT" in meta
+    assert "[pytest11]" in entry_points and "plitzi_jobs_mysql.pytest_plugin" in entry_points
+    # Every file of the package in the checkout (code, SQL, Alembic's environment and templates) is in the wheel.
+    tracked = subprocess.run(
+        ["git", "ls-files", "src/plitzi_jobs_mysql"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    missing = [path for path in tracked if path.removeprefix("src/") not in names]
+    assert not missing, f"not in the wheel: {missing}"
+    package = {name for name in names if name.startswith("plitzi_jobs_mysql/")}
+    stale = sorted(package - {path.removeprefix("src/") for path in tracked})
+    assert not stale, f"in the wheel but not in the checkout: {stale}"
+
+    with tarfile.open(installed.sdist) as sdist:
+        members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
+    assert {"LICENSE", "README.md", "pyproject.toml"} <= members
+    # No test suite in the sdist rather than a partial one that cannot run (the contract suites are in the package).
+    assert not [m for m in members if m.startswith("tests/")], sorted(members)
+
+
+def test_the_readme_has_no_relative_links() -> None:
+    # A package index renders README.md away from the repository: a relative link there leads nowhere.
+    links = re.findall(r"\]\(([^)]+)\)", README.read_text())
+    assert [link for link in links if not re.match(r"https?://", link)] == []
+
+
+def test_ddl_from_the_installed_command_makes_the_tables(installed: Installed, database_url: str) -> None:
+    ddl = installed.run("plitzi-jobs-mysql", "ddl")
+    _check(ddl, "plitzi-jobs-mysql ddl")
+    command, env = mariadb_client(database_url)
+    subprocess.run(command, input=ddl.stdout, env=env, text=True, check=True, capture_output=True, timeout=60)
+    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {"action_jobs", "action_schedules", "action_kv"}
+    version = installed.run("plitzi-jobs-mysql", "--help")
+    _check(version, "plitzi-jobs-mysql --help")
+
+
+def _python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_the_quickstart_runs_from_the_wheel(installed: Installed, database_url: str) -> None:
+    from .test_readme import point_at
+
+    quickstart = point_at(_python_blocks()[0], database_url)
+    result = installed.run(installed.python, "-c", quickstart)
+    _check(result, "the quickstart")
+    assert result.stdout.splitlines() == ["created", "running welcome:42 {'user': 42}", "welcomes sent: 1"]
+
+
+BYTES_ON_THE_SHARED_POOL = """
+import asyncio, sys
+
+import aiomysql
+
+from plitzi_jobs_mysql import create_mysql_kv
+from plitzi_jobs_mysql.url import parse_mysql_url
+
+async def main() -> None:
+    pool = await aiomysql.create_pool(**parse_mysql_url(sys.argv[1]).aiomysql_kwargs(), autocommit=True)
+    try:
+        await create_mysql_kv(pool).set("k", "v")
+        async with pool.acquire() as conn, conn.cursor() as cur:  # the application's own query on the same pool
+            await cur.execute("SELECT HEX(%s)", (b"\\x00\\xffbinary",))
+            print((await cur.fetchone())[0])
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_fresh_install_resolves_drivers_that_send_bytes(installed: Installed, database_url: str) -> None:
+    # aiomysql 0.3.2 with PyMySQL >= 1.2.3 fails on any bytes parameter (aio-libs/aiomysql#1080).
+    result = installed.run(installed.python, "-c", BYTES_ON_THE_SHARED_POOL, database_url)
+    _check(result, "a bytes parameter on the shared pool")
+    assert result.stdout.strip() == b"\x00\xffbinary".hex().upper()
+
+
+# -- the contract suites, as a user's own project runs them ----------------------------------------------------
+
+# No asyncio_mode: pytest-asyncio's default (strict) mode, as in a project that never configured it.
+PYTEST_INI = "[pytest]\naddopts = -p no:cacheprovider\n"
+
+
+def _contract_examples() -> tuple[str, str]:
+    memory = [b for b in _python_blocks() if "JobQueueContract" in b and "create_memory_job_queue" in b]
+    mysql = [b for b in _python_blocks() if "JobQueueContract" in b and "plitzi_mysql_pool" in b]
+    assert len(memory) == 1 and len(mysql) == 1, "the README's two contract examples are not where expected"
+    return memory[0], mysql[0]
+
+
+def test_the_readme_contract_examples_pass_in_a_fresh_project(installed: Installed, mysql_url: str) -> None:
+    memory, mysql = _contract_examples()
+    project = installed.project / "contracts"
+    project.mkdir()
+    (project / "pytest.ini").write_text(PYTEST_INI)
+    (project / "test_memory_stores.py").write_text(memory)
+    (project / "test_mysql_stores.py").write_text(mysql)
+    result = installed.run(
+        installed.python, "-m", "pytest", "contracts", "-q", "-rfE", "-p", "no:cacheprovider",
+        "-c", str(project / "pytest.ini"), env={"PLITZI_MYSQL_URL": mysql_url}, timeout=600,
+    )  # fmt: skip
+    _check(result, "pytest on the README's contract examples")
+    summary = result.stdout.strip().splitlines()[-1]
+    passed = int(re.search(r"(\d+) passed", summary).group(1))  # type: ignore[union-attr]
+    assert passed > 150 and "skipped" not in summary and "error" not in summary, summary
+
+
+BROKEN_STORE = """
+import pytest_asyncio
+
+from plitzi_jobs_mysql import create_memory_job_queue
+from plitzi_jobs_mysql.testing import JobQueueContract
+
+
+class ForgetfulQueue:
+    '''A store with a bug: enqueue answers True for a job it already has.'''
+
+    def __init__(self):
+        self.inner = create_memory_job_queue()
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def enqueue(self, job):
+        await self.inner.enqueue(job)
+        return True
+
+
+class TestForgetfulQueue(JobQueueContract):
+    @pytest_asyncio.fixture
+    async def queue(self):
+        yield ForgetfulQueue()
+"""
+
+
+def test_a_failing_contract_shows_the_values(installed: Installed) -> None:
+    project = installed.project / "broken"
+    project.mkdir()
+    (project / "pytest.ini").write_text(PYTEST_INI)
+    (project / "test_broken.py").write_text(BROKEN_STORE)
+    result = installed.run(
+        installed.python, "-m", "pytest", "broken", "-q", "-c", str(project / "pytest.ini"),
+        "-k", "test_enqueue_is_idempotent_by_id",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 failed" in result.stdout
+    assert "assert True is False" in result.stdout, result.stdout  # rewritten: the values, not a bare AssertionError
+
+
+def test_the_installed_package_is_the_wheel(installed: Installed) -> None:
+    result = installed.run(installed.python, "-c", "import plitzi_jobs_mysql; print(plitzi_jobs_mysql.__file__)")
+    _check(result, "import")
+    assert Path(result.stdout.strip()).is_relative_to(installed.venv), result.stdout
