@@ -55,6 +55,10 @@ ER_READ_ONLY_MODE = 1836
 READ_ONLY = frozenset(
     {ER.OPTION_PREVENTS_STATEMENT, ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_READ_ONLY_MODE, ER.UNKNOWN_COM_ERROR}
 )
+# A Group Replication member that cannot serve yet: recovering after a (re)join, or out of the group. It refuses
+# the session's consistency setting (3796) until it is ONLINE; a load balancer's TCP check sends clients to it
+# as soon as its port is open.
+ER_GROUP_MEMBER_NOT_ONLINE = 3796
 RETRIES = 5
 # MariaDB's per-statement setting: reads, updates/deletes and inserts (1 + 2 + 4) wait until this node has applied
 # every write the cluster committed before they started.
@@ -94,6 +98,11 @@ def unavailable(error: BaseException) -> StoreUnavailableError | None:
         )
     if code in READ_ONLY:
         return StoreUnavailableError(f"the MySQL server refuses writes ({error}): is it a read-only replica?")
+    if code == ER_GROUP_MEMBER_NOT_ONLINE:
+        return StoreUnavailableError(
+            f"the MySQL server is a Group Replication member that is not ONLINE ({error}): it is recovering or out "
+            "of the group; retry once it has rejoined, or through another member"
+        )
     if isinstance(error, OSError) and not isinstance(error, (TimeoutError, StoreUnavailableError)):
         return StoreUnavailableError(f"the connection to the MySQL server failed ({error!r})")
     return None
@@ -273,10 +282,14 @@ class MysqlStore:
             self._ready = True
 
     async def _set_up_session(self, conn: Connection) -> None:
-        """Where the server has no per-statement form (Percona XtraDB Cluster), the borrowed session's."""
+        """Where the server has no per-statement form (Percona XtraDB Cluster, Group Replication), the borrowed
+        session's."""
         setup = self.flavour.session_setup
         if setup is None or getattr(conn.raw, SESSION_MARK, False):
             return
+        # Group Replication refuses to change the consistency inside a transaction (1766): first use's reads may
+        # have opened one on a pool without autocommit.
+        await conn.end_read()
         async with conn.raw.cursor() as cur:
             await cur.execute(setup)
         setattr(conn.raw, SESSION_MARK, True)
