@@ -1,4 +1,10 @@
-"""Shared fixtures: one MySQL server for the session (PLITZI_MYSQL_URL, a container, or a throwaway mariadbd)."""
+"""Shared fixtures: the session's servers, one per flavour (a throwaway MariaDB 10.11 and MySQL 9.7 LTS, or the one
+server PLITZI_MYSQL_URL names), each server test running once against each; servers of a test module's own.
+
+`PLITZI_TEST_SERVERS=mariadb` (or `mysql-9.7`) runs only one flavour. The MySQL 9.7 server comes from the root
+scripts/mysql_root.sh builds and caches (tests/harness/mysql97.py); where it cannot be had, its tests skip saying
+why.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,44 @@ import pytest
 
 from plitzi_jobs_mysql import JobInput
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
+from plitzi_jobs_mysql.testing.server import ENV_URL
 from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .harness.mysql97 import ChrootMysqlServer, mysql_root_missing_reason
+from .harness.servers import CrashableServer
+
+#: The server flavours every server test runs against, as they appear in test ids.
+MARIADB, MYSQL97 = "mariadb", "mysql-9.7"
+FLAVOURS = (MARIADB, MYSQL97)
+
+
+def local_flavours() -> list[str]:
+    """The flavours of throwaway server to test against (`PLITZI_TEST_SERVERS` narrows them)."""
+    chosen = [name.strip() for name in os.environ.get("PLITZI_TEST_SERVERS", "").split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(FLAVOURS))
+    if unknown:
+        raise pytest.UsageError(f"PLITZI_TEST_SERVERS names unknown flavours {unknown}; known: {list(FLAVOURS)}")
+    return chosen or list(FLAVOURS)
+
+
+def session_flavours() -> list[str]:
+    """The session servers: the one PLITZI_MYSQL_URL names (as "url"), else one throwaway server per flavour."""
+    return ["url"] if os.environ.get(ENV_URL, "").strip() else local_flavours()
+
+
+def throwaway_server(flavour: str, **options: Any) -> CrashableServer:
+    """A server of that flavour, not started (its tests skip, saying why, where MySQL 9.7 cannot be had)."""
+    if flavour == MYSQL97:
+        reason = mysql_root_missing_reason()
+        if reason is not None:
+            pytest.skip(reason)
+        return ChrootMysqlServer(**options)
+    return CrashableServer(**options)
+
+
+def is_mysql(url: str) -> bool:
+    """Whether the server at `url` is Oracle MySQL (not MariaDB)."""
+    return "mariadb" not in str(sql(url, "SELECT VERSION()")[0][0]).lower()
 
 
 class Clock:
@@ -31,12 +74,16 @@ class Clock:
         self.now += ms
 
 
-@pytest.fixture(scope="session")
-def mysql_url() -> Iterator[str]:
-    """A root URL of the session's server (no database), with the time-zone tables loaded."""
-    with mysql_server_url() as url:
-        load_time_zones(url)
-        yield url
+@pytest.fixture(scope="session", params=session_flavours())
+def mysql_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A root URL of the session's server of this flavour (no database), with the time-zone tables loaded."""
+    if request.param == "url":
+        with mysql_server_url() as url:
+            load_time_zones(url)
+            yield url
+        return
+    with throwaway_server(request.param) as server:
+        yield server.url
 
 
 @pytest.fixture(scope="session")
@@ -91,9 +138,9 @@ def own_server_fixtures(prefix: str) -> tuple[Any, Any]:
     """`server, database = own_server_fixtures("pjm_x")` in a test module: a throwaway server of the module's own
     (for tests that stop it, kill its sessions or change its globals) and a fresh database on it per test."""
 
-    @pytest.fixture(scope="module")
-    def server() -> Iterator[LocalMysqlServer]:
-        with LocalMysqlServer(load_tz=False) as started:
+    @pytest.fixture(scope="module", params=local_flavours())
+    def server(request: pytest.FixtureRequest) -> Iterator[LocalMysqlServer]:
+        with throwaway_server(request.param, load_tz=False) as started:
             yield started
 
     @pytest.fixture
@@ -114,6 +161,16 @@ def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tupl
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def numbers(count: int) -> str:
+    """`FROM {numbers(n)}`: rows `seq` = 1..n on MariaDB and MySQL alike (MariaDB's `seq_1_to_N` tables are its
+    own; a recursive CTE would meet MySQL's cte_max_recursion_depth of 1,000). Ends the statement."""
+    digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
+    places = len(str(count))
+    value = " + ".join(f"d{i}.d * {10**i}" for i in range(places))
+    tables = ", ".join(f"{digits} AS d{i}" for i in range(places))
+    return f"(SELECT {value} + 1 AS seq FROM {tables}) AS numbers WHERE seq <= {count}"
 
 
 def job(id: str, **fields: Any) -> JobInput:
