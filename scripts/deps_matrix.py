@@ -24,7 +24,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITES = ["tests/test_contract_memory.py", "tests/test_contract_mysql.py"]
+SUITES = ["tests/unit/test_contract_memory.py", "tests/mysql/test_contract_mysql.py"]
 # The memory suites, and MySQL over one pool setup (autocommit off, a table prefix: the most demanding one).
 SELECTION = "Memory or prefixed"
 SHOWN = ("aiomysql", "PyMySQL", "croniter", "tzdata", "pytest", "pytest-asyncio", "pytest-timeout", "testcontainers")

@@ -11,6 +11,7 @@ cache="${PLITZI_CACHE:-$HOME/.cache/plitzi_jobs_mysql}"
 mkdir -p "$cache"
 # setsid: the daemon outlives this script and the shell that ran it, as a system service would.
 setsid dockerd --bridge=none --iptables=false --ip6tables=false >"$cache/dockerd.log" 2>&1 </dev/null &
+echo $! >"$cache/dockerd.pid"  # for whoever started it to stop it (.ci/run does)
 for _ in $(seq 1 300); do
   if docker info --format '{{.ServerVersion}}' >/dev/null 2>&1; then
     echo "dockerd.sh: started dockerd (pid $!), log in $cache/dockerd.log" >&2; exit 0

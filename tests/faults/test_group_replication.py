@@ -375,15 +375,22 @@ async def test_a_member_sigkilled_mid_drain_loses_and_repeats_nothing_and_rejoin
 ) -> None:
     if haproxy_binary() is None:
         pytest.skip("GROUP REPLICATION BEHIND HAPROXY NOT RUN: haproxy is missing (apt-get install haproxy)")
+    await drill_behind_haproxy(cluster)
+
+
+async def drill_behind_haproxy(cluster: GroupReplicationCluster, jobs: int = JOBS, rounds: int = 1) -> None:
+    """The drill on a database of its own behind a proxy of its own (`make soak FAULT=group-replication`)."""
     with fresh_database(cluster.urls[0], "pjm_gr_kill") as root_url, HaProxy([n.port for n in cluster.nodes]) as proxy:
         name = parse_mysql_url(root_url).database or ""
         for node in cluster.nodes:
             wait_for(lambda node=node: bool(node_sql(node.url, "SHOW DATABASES LIKE %s", (name,))), "the database")
         url = replace(parse_mysql_url(root_url), port=proxy.port).render(hide_password=False)
-        await drill(cluster, url, name)
+        await drill(cluster, url, name, jobs, rounds)
 
 
-async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs: int = JOBS) -> None:
+async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs: int = JOBS, rounds: int = 1) -> None:
+    """`jobs` jobs drained through `url` (the proxy) by two workers and three sweeping schedulers while the member
+    most connections use is SIGKILLed and rejoins, `rounds` times; then the checks."""
     pools = [await open_pool(url, maxsize=10, connect_timeout=3) for _ in range(5)]
     queues = [create_mysql_job_queue(pool) for pool in pools]
     await queues[0].now()
@@ -435,21 +442,28 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
     sweepers = [asyncio.create_task(sweeper(queues[i])) for i in range(2, 5)]
     for worker in workers:
         worker.start()
+    kills: list[dict[str, Any]] = []
     try:
         started = time.monotonic()
-        await wait_until(lambda: len(runs) >= KILL_AFTER, f"{KILL_AFTER} runs", 120)
-        counts = [(await asyncio.to_thread(node_sql, n.url, "SELECT COUNT(*) FROM information_schema.processlist "
-                                           "WHERE db = %s", (database,)))[0][0] for n in cluster.nodes]
-        victim = max(range(len(cluster.nodes)), key=lambda i: counts[i])
-        await asyncio.to_thread(cluster.kill, victim + 1)
-        killed_at, runs_at_kill = time.monotonic(), len(runs)
-        moved = min(runs_at_kill + 500, jobs)
-        await wait_until(lambda: len(runs) >= moved, "the drain moving on through the survivors", 90)
-        moved_on_s = time.monotonic() - killed_at
-        survivor = cluster.nodes[(victim + 1) % len(cluster.nodes)]
-        expelled_s = await asyncio.to_thread(cluster.wait_members, survivor, len(cluster.nodes) - 1)
-        rejoin_s = await asyncio.to_thread(cluster.rejoin, victim + 1)
-        next_run_s = min((t for v in ran_at.values() for t in v if t > killed_at), default=killed_at) - killed_at
+        for round_ in range(rounds):
+            at = KILL_AFTER if rounds == 1 else (round_ + 1) * jobs // (rounds + 1)
+            await wait_until(lambda at=at: len(runs) >= at, f"{at} runs", 120)
+            counts = [(await asyncio.to_thread(node_sql, n.url, "SELECT COUNT(*) FROM information_schema.processlist "
+                                               "WHERE db = %s", (database,)))[0][0] for n in cluster.nodes]
+            victim = max(range(len(cluster.nodes)), key=lambda i: counts[i])
+            await asyncio.to_thread(cluster.kill, victim + 1)
+            killed_at, runs_at_kill = time.monotonic(), len(runs)
+            moved = min(runs_at_kill + 500, jobs)
+            await wait_until(lambda moved=moved: len(runs) >= moved, "the drain moving on through the survivors", 90)
+            moved_on_s = time.monotonic() - killed_at
+            survivor = cluster.nodes[(victim + 1) % len(cluster.nodes)]
+            expelled_s = await asyncio.to_thread(cluster.wait_members, survivor, len(cluster.nodes) - 1)
+            rejoin_s = await asyncio.to_thread(cluster.rejoin, victim + 1)
+            next_run_s = min((t for v in ran_at.values() for t in v if t > killed_at), default=killed_at) - killed_at
+            kills.append({"node": victim + 1, "connections_per_node": counts, "after_runs": runs_at_kill,
+                          "next_run_s": round(next_run_s, 1), "moved_on_s": round(moved_on_s, 1),
+                          "expelled_s_after_moved_on": round(expelled_s, 1), "rejoin_s": round(rejoin_s, 1),
+                          "killed_at": killed_at})
         await wait_until(lambda: len(runs) >= jobs, "every job running", 120)
         db_url = survivor.url.rstrip("/") + f"/{database}"
         deadline = time.monotonic() + 60
@@ -472,10 +486,8 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
     fired = [r for r in rows if r[2] == b"schedule"]
     lost = sum(r[6].count('"lost"') for r in rows_by_id.values())
     FINDINGS["sigkill"] = found = {
-        "jobs": jobs, "drain_s": round(drain_s, 1), "lost_attempts": lost, "fires": len(fired),
-        "connections_per_node": counts, "killed_node": victim + 1, "after_runs": runs_at_kill,
-        "next_run_s": round(next_run_s, 1), "moved_on_s": round(moved_on_s, 1),
-        "expelled_s_after_moved_on": round(expelled_s, 1), "rejoin_s": round(rejoin_s, 1), "errors": dict(errors),
+        "jobs": jobs, "drain_s": round(drain_s, 1), "lost_attempts": lost, "fires": len(fired), "errors": dict(errors),
+        "kills": [{k: v for k, v in kill.items() if k != "killed_at"} for kill in kills],
     }
     print(f"\ngroup replication, member SIGKILLed behind haproxy: {found}")
     assert len(rows_by_id) == jobs + len(fired) and {r[1] for r in rows_by_id.values()} == {"succeeded"}
@@ -489,6 +501,7 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
         ordered = sorted(instants)
         assert ordered[0] == first_fire and all(b - a == MINUTE for a, b in itertools.pairwise(ordered[1:])), ordered
     assert {schedule_job_id(2, f"act-{a}", first_fire) for a in range(10)} <= set(fires)
-    assert all(any(t > killed_at for t in ran_at[w]) for w in ("w0", "w1")), "a worker stopped after the loss"
+    for kill in kills:
+        assert all(any(t > kill["killed_at"] for t in ran_at[w]) for w in ("w0", "w1")), ("a worker stopped", kill)
     assert not fatal, fatal[:3]
     assert all(len(n.member_states()) == len(cluster.nodes) for n in cluster.nodes), "the member did not rejoin"
