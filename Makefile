@@ -19,6 +19,7 @@ test: setup lint typecheck sql-check
 
 lint: setup
 	$(PY) -m ruff check src tests bench scripts examples
+	$(PY) -m ruff format --check src tests bench scripts examples
 
 typecheck: setup
 	$(PY) -m mypy

@@ -106,10 +106,13 @@ async def claims_side_by_side(
                     if i >= 5:  # warm-up after the flip
                         times[(state, name)].append(took)
                     if jobs:
-                        admin.run(*bind(
-                            f"UPDATE `{table}` SET status = 'pending', attempts = 0, worker_id = NULL, "
-                            "lease_until = NULL, claimed_at = NULL WHERE id IN %s", ([job.id for job in jobs],)
-                        ))
+                        admin.run(
+                            *bind(
+                                f"UPDATE `{table}` SET status = 'pending', attempts = 0, worker_id = NULL, "
+                                "lease_until = NULL, claimed_at = NULL WHERE id IN %s",
+                                ([job.id for job in jobs],),
+                            )
+                        )
     finally:
         set_running_aside(admin, tables, aside=False)
     return times
@@ -123,7 +126,7 @@ def running_ids(admin: Any, table: str) -> list[str]:
 async def heartbeat_pass(queue: Any, ids: list[str], passes: int = HEARTBEAT_PASSES) -> float:
     """Every job's lease renewed `passes` times, `HEARTBEAT_JOBS` per heartbeat, by `HEARTBEAT_TASKS` tasks over
     the pool: wall ms per heartbeat call (the inverse of heartbeats/s)."""
-    batches = iter([ids[i:i + HEARTBEAT_JOBS] for i in range(0, len(ids), HEARTBEAT_JOBS)] * passes)
+    batches = iter([ids[i : i + HEARTBEAT_JOBS] for i in range(0, len(ids), HEARTBEAT_JOBS)] * passes)
     calls = 0
 
     async def task() -> None:
@@ -141,13 +144,15 @@ async def heartbeats_side_by_side(pool: Any, admin: Any, reps: int) -> dict[str,
     """ms per heartbeat on the table as shipped (the same as before: the shipped design changes no heartbeat)
     and on the copy with `job_lease`, rep by rep in ABBA order."""
     tables = {"shipped": ("", table_names("").jobs), "index": (LEASE_PREFIX, table_names(LEASE_PREFIX).jobs)}
-    runs = {name: (create_mysql_job_queue(pool, table_prefix=prefix), running_ids(admin, table))
-            for name, (prefix, table) in tables.items()}
+    runs = {
+        name: (create_mysql_job_queue(pool, table_prefix=prefix), running_ids(admin, table))
+        for name, (prefix, table) in tables.items()
+    }
     for queue, ids in runs.values():
         await heartbeat_pass(queue, ids, passes=1)  # warm-up: first use, the clock, the pages
     figures: dict[str, list[float]] = {name: [] for name in runs}
     for rep in range(reps):
-        for name in (list(runs) if rep % 2 == 0 else list(reversed(runs))):
+        for name in list(runs) if rep % 2 == 0 else list(reversed(runs)):
             queue, ids = runs[name]
             figures[name].append(await heartbeat_pass(queue, ids))
     return figures

@@ -63,8 +63,9 @@ async def apscheduler_drain(mysql_url: Any, admin: Any, n: int, slots: int, time
     engine = create_async_engine(_aps_url(mysql_url), pool_size=slots, max_overflow=0)
     _reset(n)
     try:
-        async with AsyncScheduler(SQLAlchemyDataStore(engine), role=SchedulerRole.worker,
-                                  max_concurrent_jobs=slots) as scheduler:
+        async with AsyncScheduler(
+            SQLAlchemyDataStore(engine), role=SchedulerRole.worker, max_concurrent_jobs=slots
+        ) as scheduler:
             await scheduler.configure_task("bench-noop", func=noop, max_running_jobs=None)
             for i in range(n):
                 await scheduler.add_job("bench-noop", args=(i,))
@@ -92,8 +93,9 @@ async def apscheduler_pickup(mysql_url: Any, samples: int) -> list[float]:
     engine = create_async_engine(_aps_url(mysql_url), pool_size=4, max_overflow=0)
     out: list[float] = []
     try:
-        async with AsyncScheduler(SQLAlchemyDataStore(engine), role=SchedulerRole.worker,
-                                  max_concurrent_jobs=4) as scheduler:
+        async with AsyncScheduler(
+            SQLAlchemyDataStore(engine), role=SchedulerRole.worker, max_concurrent_jobs=4
+        ) as scheduler:
             await scheduler.configure_task("bench-noop", func=noop, max_running_jobs=None)
             await scheduler.start_in_background()
             await asyncio.sleep(0.5)
@@ -121,8 +123,9 @@ def arq_available(redis_url: str | None) -> bool:
     return True
 
 
-async def arq_drain(redis_url: str, n: int, slots: int, poll_delay: float = 0.5,
-                    timeout_s: float = 600.0) -> PeerResult:
+async def arq_drain(
+    redis_url: str, n: int, slots: int, poll_delay: float = 0.5, timeout_s: float = 600.0
+) -> PeerResult:
     """n no-op jobs enqueued (untimed) on Redis, then drained by one arq worker with max_jobs=slots
     (`poll_delay` 0.5 s is arq's default)."""
     import secrets
@@ -142,8 +145,15 @@ async def arq_drain(redis_url: str, n: int, slots: int, poll_delay: float = 0.5,
     try:
         for i in range(n):
             await redis.enqueue_job("bench_noop", i, _queue_name=queue_name)
-        worker = Worker(functions=[job], redis_pool=redis, queue_name=queue_name, max_jobs=slots,
-                        keep_result=0, poll_delay=poll_delay, handle_signals=False)
+        worker = Worker(
+            functions=[job],
+            redis_pool=redis,
+            queue_name=queue_name,
+            max_jobs=slots,
+            keep_result=0,
+            poll_delay=poll_delay,
+            handle_signals=False,
+        )
         started = time.perf_counter()
         run = asyncio.ensure_future(worker.async_run())
         await asyncio.wait_for(_done.wait(), timeout_s)

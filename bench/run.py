@@ -95,15 +95,39 @@ class Plan:
 
 
 FULL = Plan(
-    reps=5, raw_seconds=3.0, enqueue_jobs=10_000, enqueue_batch=500, drain_jobs=10_000, drain_loops=(1, 4, 16),
-    finished_rows=1_000_000, backlogs=(1_000, 10_000, 100_000), running_rows=(1_000, 10_000), latency_samples=400,
-    runtime_jobs=10_000, pickup_samples=40, idle_seconds=60.0, peer_jobs=3_000, peer_reps=5,
+    reps=5,
+    raw_seconds=3.0,
+    enqueue_jobs=10_000,
+    enqueue_batch=500,
+    drain_jobs=10_000,
+    drain_loops=(1, 4, 16),
+    finished_rows=1_000_000,
+    backlogs=(1_000, 10_000, 100_000),
+    running_rows=(1_000, 10_000),
+    latency_samples=400,
+    runtime_jobs=10_000,
+    pickup_samples=40,
+    idle_seconds=60.0,
+    peer_jobs=3_000,
+    peer_reps=5,
     heartbeat_reps=11,
 )
 QUICK = Plan(
-    reps=3, raw_seconds=2.0, enqueue_jobs=5_000, enqueue_batch=500, drain_jobs=5_000, drain_loops=(1, 4, 16),
-    finished_rows=200_000, backlogs=(1_000, 10_000, 50_000), running_rows=(1_000, 10_000), latency_samples=200,
-    runtime_jobs=5_000, pickup_samples=20, idle_seconds=10.0, peer_jobs=500, peer_reps=1,
+    reps=3,
+    raw_seconds=2.0,
+    enqueue_jobs=5_000,
+    enqueue_batch=500,
+    drain_jobs=5_000,
+    drain_loops=(1, 4, 16),
+    finished_rows=200_000,
+    backlogs=(1_000, 10_000, 50_000),
+    running_rows=(1_000, 10_000),
+    latency_samples=200,
+    runtime_jobs=5_000,
+    pickup_samples=20,
+    idle_seconds=10.0,
+    peer_jobs=500,
+    peer_reps=1,
     heartbeat_reps=5,
 )
 
@@ -238,8 +262,16 @@ async def raw_limit(pool: Any, seconds: float, tasks: int = 16, rows: int = 1024
 
 def job_inputs(n: int, tag: str, due_at: int) -> list[JobInput]:
     return [
-        JobInput(id=f"{tag}-{i}", space_id=1, action_id="bench", environment="production", trigger="manual",
-                 input={"i": i}, due_at=due_at, max_attempts=3)
+        JobInput(
+            id=f"{tag}-{i}",
+            space_id=1,
+            action_id="bench",
+            environment="production",
+            trigger="manual",
+            input={"i": i},
+            due_at=due_at,
+            max_attempts=3,
+        )
         for i in range(n)
     ]
 
@@ -248,8 +280,24 @@ async def bare_insert_rate(pool: Any, producers: int, jobs: list[JobInput], now:
     """The yardstick for `enqueue`: the same row as a bare parameterised INSERT over the same pool (input
     encoded beforehand), from `producers` tasks each awaiting one at a time."""
     sql = SQL.insert_jobs + SQL.insert_job_values
-    rows = [[job.id, job.space_id, job.action_id, job.environment, job.trigger, json.dumps(job.input),
-             job.due_at, job.max_attempts, job.missed, job.key, job.due_at, now, now] for job in jobs]
+    rows = [
+        [
+            job.id,
+            job.space_id,
+            job.action_id,
+            job.environment,
+            job.trigger,
+            json.dumps(job.input),
+            job.due_at,
+            job.max_attempts,
+            job.missed,
+            job.key,
+            job.due_at,
+            now,
+            now,
+        ]
+        for job in jobs
+    ]
 
     async def producer(part: list[list[Any]]) -> None:
         for row in part:
@@ -269,9 +317,11 @@ async def enqueue_rate(pool: Any, mode: str, jobs: list[JobInput], batch: int) -
         for job in jobs:
             await queue.enqueue(job)
     elif mode == "eight":
+
         async def producer(part: list[JobInput]) -> None:
             for job in part:
                 await queue.enqueue(job)
+
         await asyncio.gather(*(producer(jobs[i::8]) for i in range(8)))
     else:
         for i in range(0, len(jobs), batch):
@@ -380,8 +430,11 @@ async def claim_latency(pool: Any, admin: Admin, samples: int) -> tuple[float, f
         if jobs:
             ids = [job.id for job in jobs]
             admin.run(
-                *bind(f"UPDATE `{JOBS}` SET status = 'pending', attempts = 0, worker_id = NULL, lease_until = NULL, "
-                      "claimed_at = NULL WHERE id IN %s", (ids,))
+                *bind(
+                    f"UPDATE `{JOBS}` SET status = 'pending', attempts = 0, worker_id = NULL, lease_until = NULL, "
+                    "claimed_at = NULL WHERE id IN %s",
+                    (ids,),
+                )
             )
     return percentile(times, 50), percentile(times, 99)
 
@@ -457,10 +510,12 @@ async def run(args: argparse.Namespace) -> int:
         admin.run("CREATE TABLE bench_raw (id INT PRIMARY KEY, n BIGINT NOT NULL)")
         admin.run(f"INSERT INTO bench_raw SELECT seq, 0 FROM {seq_source(admin, 1024)}")
         version = admin.rows("SELECT VERSION()")[0][0]
-        settings = dict(admin.rows(
-            "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_buffer_pool_size', "
-            "'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'transaction_isolation', 'tx_isolation')"
-        ))
+        settings = dict(
+            admin.rows(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('innodb_buffer_pool_size', "
+                "'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'transaction_isolation', 'tx_isolation')"
+            )
+        )
 
         deadlock_text = ""
         raws: list[float] = []
@@ -491,14 +546,18 @@ async def run(args: argparse.Namespace) -> int:
                         for key in RUNTIME_LABELS:
                             if key == "2x8":
                                 rt = await runtime.runtime_drain_processes(
-                                    admin, fill_jobs, db_url, n, processes=2, slots=8, rep=rep)
+                                    admin, fill_jobs, db_url, n, processes=2, slots=8, rep=rep
+                                )
                             else:
-                                rt = await runtime.runtime_drain(pool, admin, fill_jobs, n, 16, rep,
-                                                                 with_kv=key == "16kv")
+                                rt = await runtime.runtime_drain(
+                                    pool, admin, fill_jobs, n, 16, rep, with_kv=key == "16kv"
+                                )
                             runtimes[key].append(rt)
-                            progress(f"runtime {key} rep {rep + 1}/{reps}: {rt.jobs_per_s:,.0f} jobs/s, "
-                                     f"{rt.statements_per_job:.2f} statements/job, "
-                                     f"exactly-once {'ok' if rt.exactly_once else 'BROKEN ' + rt.detail}")
+                            progress(
+                                f"runtime {key} rep {rep + 1}/{reps}: {rt.jobs_per_s:,.0f} jobs/s, "
+                                f"{rt.statements_per_job:.2f} statements/job, "
+                                f"exactly-once {'ok' if rt.exactly_once else 'BROKEN ' + rt.detail}"
+                            )
             finally:
                 await close_pool(pool)
         raw_med = statistics.median(raws) if raws else float("nan")
@@ -514,8 +573,11 @@ async def run(args: argparse.Namespace) -> int:
                 for rep in range(reps):
                     # Each enqueue beside its yardstick, which goes first on every other rep (so neither always
                     # meets the InnoDB flush the other left behind); the targets divide within a rep.
-                    order = ["one", "bare1", "eight", "bare8", "many"] if rep % 2 == 0 else \
-                        ["bare1", "one", "bare8", "eight", "many"]
+                    order = (
+                        ["one", "bare1", "eight", "bare8", "many"]
+                        if rep % 2 == 0
+                        else ["bare1", "one", "bare8", "eight", "many"]
+                    )
                     for mode in order:
                         admin.run(f"TRUNCATE TABLE `{JOBS}`")
                         jobs = job_inputs(plan.enqueue_jobs, f"e{rep}{mode}", admin.now_ms())
@@ -580,8 +642,14 @@ async def run(args: argparse.Namespace) -> int:
             for backlog in (1_000, 100_000):
                 memory_latency[backlog] = await runtime.memory_claim_latency(backlog, plan.latency_samples)
                 progress(f"memory queue: backlog {backlog:,}: claim p50 {memory_latency[backlog]:.3f} ms")
-                rows_out.append((f"memory queue claim(limit=10): backlog {backlog:,}", "p50 ms", "",
-                                 fmt(memory_latency[backlog], 3)))
+                rows_out.append(
+                    (
+                        f"memory queue claim(limit=10): backlog {backlog:,}",
+                        "p50 ms",
+                        "",
+                        fmt(memory_latency[backlog], 3),
+                    )
+                )
             for rep in range(reps):
                 rate, ok = await runtime.memory_drain(runtime_n, 16)
                 memory_rates.append(rate)
@@ -605,27 +673,44 @@ async def run(args: argparse.Namespace) -> int:
                         local += await runtime.pickup_local(pool, admin, plan.pickup_samples, rep)
                         remote += await runtime.pickup_remote(db_url, admin, plan.pickup_samples, rep)
                         if redis_url:
-                            redis_remote += await runtime.pickup_remote(db_url, admin, plan.pickup_samples, rep,
-                                                                        redis_url=redis_url)
-                        progress(f"pickup rep {rep + 1}/{min(reps, 3)}: same process p50 {runtime.p50(local):.1f} ms, "
-                                 f"other process p50 {runtime.p50(remote):.1f} ms"
-                                 + (f", through Redis p50 {runtime.p50(redis_remote):.1f} ms" if redis_url else ""))
+                            redis_remote += await runtime.pickup_remote(
+                                db_url, admin, plan.pickup_samples, rep, redis_url=redis_url
+                            )
+                        progress(
+                            f"pickup rep {rep + 1}/{min(reps, 3)}: same process p50 {runtime.p50(local):.1f} ms, "
+                            f"other process p50 {runtime.p50(remote):.1f} ms"
+                            + (f", through Redis p50 {runtime.p50(redis_remote):.1f} ms" if redis_url else "")
+                        )
                     pickups = {"local": local, "remote": remote}
                     if redis_remote:
                         pickups["redis"] = redis_remote
-                    for key, label in (("local", "pickup: enqueued by the worker's own process"),
-                                       ("remote", "pickup: enqueued by another process (poll_ms=1000)"),
-                                       ("redis", "pickup: enqueued by another process, `RedisWakeups`")):
+                    for key, label in (
+                        ("local", "pickup: enqueued by the worker's own process"),
+                        ("remote", "pickup: enqueued by another process (poll_ms=1000)"),
+                        ("redis", "pickup: enqueued by another process, `RedisWakeups`"),
+                    ):
                         if key not in pickups:
                             continue
                         values = pickups[key]
-                        rows_out.append((f"{label}, {len(values)} jobs", "p50 / p99 ms",
-                                         fmt(runtime.p50(values), 1), fmt(runtime.percentile(values, 99), 1)))
+                        rows_out.append(
+                            (
+                                f"{label}, {len(values)} jobs",
+                                "p50 / p99 ms",
+                                fmt(runtime.p50(values), 1),
+                                fmt(runtime.percentile(values, 99), 1),
+                            )
+                        )
                 if "idle" in only:
                     idle_rate = await runtime.idle_cost(pool, admin, plan.idle_seconds)
                     progress(f"idle replica: {idle_rate:.2f} statements/s over {plan.idle_seconds:.0f} s")
-                    rows_out.append((f"idle replica (scheduler + worker + kv, defaults), {plan.idle_seconds:.0f} s",
-                                     "statements/s", fmt(idle_rate, 2), fmt(idle_rate, 2)))
+                    rows_out.append(
+                        (
+                            f"idle replica (scheduler + worker + kv, defaults), {plan.idle_seconds:.0f} s",
+                            "statements/s",
+                            fmt(idle_rate, 2),
+                            fmt(idle_rate, 2),
+                        )
+                    )
             finally:
                 await close_pool(pool)
 
@@ -643,18 +728,23 @@ async def run(args: argparse.Namespace) -> int:
                     for rep in range(plan.peer_reps):
                         # Paired: this package's runtime drains the same count right before, so the ratio
                         # shares the machine's noise of the moment.
-                        ours = await runtime.runtime_drain(pool, admin, fill_jobs, plan.peer_jobs, 16, 100 + rep,
-                                                           with_kv=False)
+                        ours = await runtime.runtime_drain(
+                            pool, admin, fill_jobs, plan.peer_jobs, 16, 100 + rep, with_kv=False
+                        )
                         peer_runs.setdefault("ours", []).append(
-                            peers.PeerResult(ours.jobs_per_s, ours.statements_per_job, ours.exactly_once,
-                                             ours.detail))
-                        progress(f"runtime drain {plan.peer_jobs:,} (paired with the peers) rep {rep + 1}: "
-                                 f"{ours.jobs_per_s:,.0f} jobs/s")
+                            peers.PeerResult(ours.jobs_per_s, ours.statements_per_job, ours.exactly_once, ours.detail)
+                        )
+                        progress(
+                            f"runtime drain {plan.peer_jobs:,} (paired with the peers) rep {rep + 1}: "
+                            f"{ours.jobs_per_s:,.0f} jobs/s"
+                        )
                         r = await peers.apscheduler_drain(bench_url, admin, plan.peer_jobs, 16)
                         peer_runs.setdefault("aps", []).append(r)
-                        progress(f"APScheduler 4 drain rep {rep + 1}/{plan.peer_reps}: {r.jobs_per_s:,.0f} jobs/s, "
-                                 f"{r.statements_per_job:.2f} statements/job, exactly-once "
-                                 f"{'ok' if r.exactly_once else 'BROKEN ' + r.detail}")
+                        progress(
+                            f"APScheduler 4 drain rep {rep + 1}/{plan.peer_reps}: {r.jobs_per_s:,.0f} jobs/s, "
+                            f"{r.statements_per_job:.2f} statements/job, exactly-once "
+                            f"{'ok' if r.exactly_once else 'BROKEN ' + r.detail}"
+                        )
                 finally:
                     await close_pool(pool)
                 aps_pickup = await peers.apscheduler_pickup(bench_url, plan.pickup_samples)
@@ -665,8 +755,10 @@ async def run(args: argparse.Namespace) -> int:
                     for key, delay in (("arq", 0.5), ("arq10", 0.01)):
                         r = await peers.arq_drain(redis_url, plan.peer_jobs, 16, poll_delay=delay)
                         peer_runs.setdefault(key, []).append(r)
-                        progress(f"arq (poll_delay {delay}s) drain rep {rep + 1}/{plan.peer_reps}: "
-                                 f"{r.jobs_per_s:,.0f} jobs/s, exactly-once {'ok' if r.exactly_once else 'BROKEN'}")
+                        progress(
+                            f"arq (poll_delay {delay}s) drain rep {rep + 1}/{plan.peer_reps}: "
+                            f"{r.jobs_per_s:,.0f} jobs/s, exactly-once {'ok' if r.exactly_once else 'BROKEN'}"
+                        )
             labels = {
                 "ours": "this package, one `create_job_worker(workers=16)` (paired run)",
                 "aps": "APScheduler 4.0.0a6, SQLAlchemy store on this server, role=worker, 16 slots",
@@ -682,9 +774,14 @@ async def run(args: argparse.Namespace) -> int:
                     lo, med = summary(spj)
                     rows_out.append((name, "statements/job", fmt(lo, 2), fmt(med, 2)))
             if aps_pickup:
-                rows_out.append((f"pickup: APScheduler 4, add_job in the worker's process, {len(aps_pickup)} jobs",
-                                 "p50 / p99 ms", fmt(runtime.p50(aps_pickup), 1),
-                                 fmt(runtime.percentile(aps_pickup, 99), 1)))
+                rows_out.append(
+                    (
+                        f"pickup: APScheduler 4, add_job in the worker's process, {len(aps_pickup)} jobs",
+                        "p50 / p99 ms",
+                        fmt(runtime.p50(aps_pickup), 1),
+                        fmt(runtime.percentile(aps_pickup, 99), 1),
+                    )
+                )
 
         # 4: claim latency over a big finished table
         latency: dict[str, tuple[float, float]] = {}
@@ -704,64 +801,127 @@ async def run(args: argparse.Namespace) -> int:
             try:
                 have = 0
                 for backlog in plan.backlogs:
-                    fill_jobs(admin, backlog - have, status="pending", prefix=f"p{have}-",
-                              base_ms=now - 3_600_000 + have)
+                    fill_jobs(
+                        admin, backlog - have, status="pending", prefix=f"p{have}-", base_ms=now - 3_600_000 + have
+                    )
                     have = backlog
                     p50, p99 = await claim_latency(pool, admin, plan.latency_samples)
                     latency[f"{backlog}"] = (p50, p99)
                     progress(f"latency: backlog {backlog:,}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
                     if backlog == plan.backlogs[-1]:
                         t_now = admin.now_ms()
-                        explains.append(explain(admin, "claim_pending_candidates (a claim's read while the "
-                                                "backlog fills its blocks)", SQL.claim_pending_candidates,
-                                                (t_now, 0, 20)))
-                        explains.append(explain(admin, "claim_pending_candidates, block 16 of the spread",
-                                                SQL.claim_pending_candidates, (t_now, 150, 20)))
-                        explains.append(explain(admin, "claim_candidates (pending and lapsed, UNION ALL: when the "
-                                                "backlog is short, and at most every "
-                                                f"{LAPSED_READ_EVERY_MS:,} ms per queue)",
-                                                SQL.claim_candidates, (t_now, 0, 20, t_now, 10)))
-                        seqs = [int(r[0]) for r in admin.rows(
-                            f"SELECT seq FROM `{JOBS}` WHERE status = 'pending' ORDER BY run_at, seq LIMIT 10")]
-                        explains.append(explain(admin, "claim_pending (the CAS)", SQL.claim_pending,
-                                                {"worker": "w", "lease_until": t_now + LEASE_MS, "now": t_now,
-                                                 "seq": seqs[0]}))
+                        explains.append(
+                            explain(
+                                admin,
+                                "claim_pending_candidates (a claim's read while the backlog fills its blocks)",
+                                SQL.claim_pending_candidates,
+                                (t_now, 0, 20),
+                            )
+                        )
+                        explains.append(
+                            explain(
+                                admin,
+                                "claim_pending_candidates, block 16 of the spread",
+                                SQL.claim_pending_candidates,
+                                (t_now, 150, 20),
+                            )
+                        )
+                        explains.append(
+                            explain(
+                                admin,
+                                "claim_candidates (pending and lapsed, UNION ALL: when the "
+                                "backlog is short, and at most every "
+                                f"{LAPSED_READ_EVERY_MS:,} ms per queue)",
+                                SQL.claim_candidates,
+                                (t_now, 0, 20, t_now, 10),
+                            )
+                        )
+                        seqs = [
+                            int(r[0])
+                            for r in admin.rows(
+                                f"SELECT seq FROM `{JOBS}` WHERE status = 'pending' ORDER BY run_at, seq LIMIT 10"
+                            )
+                        ]
+                        explains.append(
+                            explain(
+                                admin,
+                                "claim_pending (the CAS)",
+                                SQL.claim_pending,
+                                {"worker": "w", "lease_until": t_now + LEASE_MS, "now": t_now, "seq": seqs[0]},
+                            )
+                        )
                         explains.append(explain(admin, "claimed_jobs", SQL.claimed_jobs, (seqs, "w")))
                 # Running (unexpired) rows: what the lapsed-lease read has to step over.
                 have_running = 0
                 for running in plan.running_rows:
-                    fill_jobs(admin, running - have_running, status="running", prefix=f"r{have_running}-",
-                              base_ms=now - 7_200_000 + have_running, lease_until=now + 86_400_000)
+                    fill_jobs(
+                        admin,
+                        running - have_running,
+                        status="running",
+                        prefix=f"r{have_running}-",
+                        base_ms=now - 7_200_000 + have_running,
+                        lease_until=now + 86_400_000,
+                    )
                     have_running = running
                     p50, p99 = await claim_latency(pool, admin, plan.latency_samples)
                     latency[f"{plan.backlogs[-1]}+{running}r"] = (p50, p99)
-                    progress(f"latency: backlog {plan.backlogs[-1]:,} + {running:,} running: "
-                             f"p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+                    progress(
+                        f"latency: backlog {plan.backlogs[-1]:,} + {running:,} running: "
+                        f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+                    )
                 t_now = admin.now_ms()
-                explains.append(explain(admin, f"claim_pending_candidates with {have_running:,} running rows",
-                                        SQL.claim_pending_candidates, (t_now, 0, 20)))
-                explains.append(explain(admin, f"claim_candidates with {have_running:,} running rows (the lapsed "
-                                        "half steps over every running row; sent when the backlog is short, and "
-                                        f"at most every {LAPSED_READ_EVERY_MS:,} ms per queue)",
-                                        SQL.claim_candidates, (t_now, 0, 20, t_now, 10)))
-                seqs = [int(r[0]) for r in admin.rows(
-                    f"SELECT seq FROM `{JOBS}` WHERE status = 'running' ORDER BY seq DESC LIMIT 10")]
-                explains.append(explain(admin, f"claimed_jobs with {have_running:,} running rows",
-                                        SQL.claimed_jobs, (seqs, "bench-holder")))
+                explains.append(
+                    explain(
+                        admin,
+                        f"claim_pending_candidates with {have_running:,} running rows",
+                        SQL.claim_pending_candidates,
+                        (t_now, 0, 20),
+                    )
+                )
+                explains.append(
+                    explain(
+                        admin,
+                        f"claim_candidates with {have_running:,} running rows (the lapsed "
+                        "half steps over every running row; sent when the backlog is short, and "
+                        f"at most every {LAPSED_READ_EVERY_MS:,} ms per queue)",
+                        SQL.claim_candidates,
+                        (t_now, 0, 20, t_now, 10),
+                    )
+                )
+                seqs = [
+                    int(r[0])
+                    for r in admin.rows(f"SELECT seq FROM `{JOBS}` WHERE status = 'running' ORDER BY seq DESC LIMIT 10")
+                ]
+                explains.append(
+                    explain(
+                        admin,
+                        f"claimed_jobs with {have_running:,} running rows",
+                        SQL.claimed_jobs,
+                        (seqs, "bench-holder"),
+                    )
+                )
                 # 4b: the lapsed-lease read's designs and the heartbeat's cost, side by side (bench/leases.py).
                 progress("latency: copying the table with KEY job_lease (design (a), measured, not shipped)")
                 t_copy = time.perf_counter()
                 lease_table = leases.copy_with_lease_index(admin, JOBS)
                 progress(f"latency: copied in {time.perf_counter() - t_copy:.1f} s")
-                designs = await leases.claims_side_by_side(admin, leases.queues(pool), plan.latency_samples,
-                                                           LEASE_MS, CLAIM_LIMIT)
+                designs = await leases.claims_side_by_side(
+                    admin, leases.queues(pool), plan.latency_samples, LEASE_MS, CLAIM_LIMIT
+                )
                 for (state, name), times in designs.items():
                     p50, p99 = claim_designs[(state, name)] = (percentile(times, 50), percentile(times, 99))
-                    progress(f"latency: alternating, running rows {'held' if state == 'running' else 'set aside'}, "
-                             f"{name}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-                explains.append(explain(admin, f"design (a), not shipped: the lapsed read through job_lease, "
-                                        f"{have_running:,} running rows",
-                                        leases.lapsed_read_through_lease_index(lease_table), (t_now, 10)))
+                    progress(
+                        f"latency: alternating, running rows {'held' if state == 'running' else 'set aside'}, "
+                        f"{name}: p50 {p50:.2f} ms, p99 {p99:.2f} ms"
+                    )
+                explains.append(
+                    explain(
+                        admin,
+                        f"design (a), not shipped: the lapsed read through job_lease, {have_running:,} running rows",
+                        leases.lapsed_read_through_lease_index(lease_table),
+                        (t_now, 10),
+                    )
+                )
                 beat_pool = await open_pool(kwargs, leases.HEARTBEAT_TASKS)
                 try:
                     heartbeats = await leases.heartbeats_side_by_side(beat_pool, admin, plan.heartbeat_reps)
@@ -780,19 +940,29 @@ async def run(args: argparse.Namespace) -> int:
                     label = f"claim(limit=10): backlog {int(key):,}"
                 rows_out.append((f"{label}, {finished:,} finished", "p50 / p99 ms", fmt(p50, 2), fmt(p99, 2)))
             backlog_label = f"backlog {plan.backlogs[-1]:,} + {plan.running_rows[-1]:,} running"
-            state_labels = {"running": backlog_label,
-                            "none": f"backlog {plan.backlogs[-1]:,}, the running rows set aside"}
+            state_labels = {
+                "running": backlog_label,
+                "none": f"backlog {plan.backlogs[-1]:,}, the running rows set aside",
+            }
             design_labels = {
                 "before": "lapsed-lease read with every claim (before)",
                 "shipped": f"lapsed-lease read when short, else every {LAPSED_READ_EVERY_MS:,} ms (shipped)",
                 "index": "KEY job_lease, lapsed read through it with every claim (design (a), not shipped)",
             }
             for (state, name), (p50, p99) in claim_designs.items():
-                rows_out.append((f"claim(limit=10), alternating, {state_labels[state]}: {design_labels[name]}",
-                                 "p50 / p99 ms", fmt(p50, 2), fmt(p99, 2)))
+                rows_out.append(
+                    (
+                        f"claim(limit=10), alternating, {state_labels[state]}: {design_labels[name]}",
+                        "p50 / p99 ms",
+                        fmt(p50, 2),
+                        fmt(p99, 2),
+                    )
+                )
             beat = f"heartbeat of {leases.HEARTBEAT_JOBS} jobs, {leases.HEARTBEAT_TASKS} tasks, {backlog_label}"
-            beat_labels = {"shipped": "table as before (the shipped design changes no heartbeat)",
-                           "index": "with KEY job_lease (design (a))"}
+            beat_labels = {
+                "shipped": "table as before (the shipped design changes no heartbeat)",
+                "index": "with KEY job_lease (design (a))",
+            }
             for name, figures in heartbeats.items():
                 low, mid = summary(figures)
                 rows_out.append((f"{beat}: {beat_labels[name]}", "ms per heartbeat", fmt(low, 3), fmt(mid, 3)))
@@ -803,13 +973,22 @@ async def run(args: argparse.Namespace) -> int:
 
         if all(drains.get(k) for k in (1, 4, 16)):
             j1, j4, j16 = med_jobs(1), med_jobs(4), med_jobs(16)
-            report.target("no collapse: drain 16 >= 4 >= 1 claimers", j16 >= j4 >= j1,
-                          f"{j16:,.0f} / {j4:,.0f} / {j1:,.0f} jobs/s; 16/1 = {j16 / j1:.2f}x")
+            report.target(
+                "no collapse: drain 16 >= 4 >= 1 claimers",
+                j16 >= j4 >= j1,
+                f"{j16:,.0f} / {j4:,.0f} / {j1:,.0f} jobs/s; 16/1 = {j16 / j1:.2f}x",
+            )
             if raws:
-                report.target("drain 16 >= 0.15 jobs per raw statement", j16 / raw_med >= 0.15,
-                              f"{j16:,.0f} / {raw_med:,.0f} = {j16 / raw_med:.3f}")
-                report.target("drain 1 >= 0.07 jobs per raw statement", j1 / raw_med >= 0.07,
-                              f"{j1:,.0f} / {raw_med:,.0f} = {j1 / raw_med:.3f}")
+                report.target(
+                    "drain 16 >= 0.15 jobs per raw statement",
+                    j16 / raw_med >= 0.15,
+                    f"{j16:,.0f} / {raw_med:,.0f} = {j16 / raw_med:.3f}",
+                )
+                report.target(
+                    "drain 1 >= 0.07 jobs per raw statement",
+                    j1 / raw_med >= 0.07,
+                    f"{j1:,.0f} / {raw_med:,.0f} = {j1 / raw_med:.3f}",
+                )
             spj = statistics.median(r.statements_per_job for r in drains[16])
             report.target("<= 3 statements per job at 16 claimers", spj <= 3, f"{spj:.2f} (median)")
         if runtimes["16"] and drains.get(16):
@@ -817,82 +996,117 @@ async def run(args: argparse.Namespace) -> int:
             for key in ("16", "16kv"):
                 if runtimes[key]:
                     rate = statistics.median(r.jobs_per_s for r in runtimes[key])
-                    report.target(f"{RUNTIME_LABELS[key]} >= 0.85 x the bare 16-loop drain", rate >= 0.85 * bare,
-                                  f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.2f}x")
+                    report.target(
+                        f"{RUNTIME_LABELS[key]} >= 0.85 x the bare 16-loop drain",
+                        rate >= 0.85 * bare,
+                        f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.2f}x",
+                    )
         if runtimes["16"] and runtimes["16kv"]:
             plain = statistics.median(r.statements_per_job for r in runtimes["16"])
             single = statistics.median(r.statements_per_job for r in runtimes["16kv"])
-            report.target("the kv single-flight key costs <= 1.5 statements/job", single - plain <= 1.5,
-                          f"{single:.2f} - {plain:.2f} = {single - plain:.2f}")
+            report.target(
+                "the kv single-flight key costs <= 1.5 statements/job",
+                single - plain <= 1.5,
+                f"{single:.2f} - {plain:.2f} = {single - plain:.2f}",
+            )
         if memory_latency:
             ratio = memory_latency[100_000] / memory_latency[1_000]
-            report.target("memory queue claim p50 at 100,000 waiting <= 1.25 x at 1,000", ratio <= 1.25,
-                          f"{memory_latency[100_000]:.3f} / {memory_latency[1_000]:.3f} ms = {ratio:.2f}x")
+            report.target(
+                "memory queue claim p50 at 100,000 waiting <= 1.25 x at 1,000",
+                ratio <= 1.25,
+                f"{memory_latency[100_000]:.3f} / {memory_latency[1_000]:.3f} ms = {ratio:.2f}x",
+            )
         if memory_rates and drains.get(16):
             rate, bare = statistics.median(memory_rates), med_jobs(16)
-            report.target("memory queue drain (16 loops) >= 10 x the MySQL 16-loop drain", rate >= 10 * bare,
-                          f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.1f}x")
+            report.target(
+                "memory queue drain (16 loops) >= 10 x the MySQL 16-loop drain",
+                rate >= 10 * bare,
+                f"{rate:,.0f} / {bare:,.0f} = {rate / bare:.1f}x",
+            )
         if memory_rates:
             report.target("exactly-once in every memory drain", memory_ok, "every rep" if memory_ok else "BROKEN")
         if peer_runs.get("aps") and peer_runs.get("ours"):
             pairs = [o.jobs_per_s / a.jobs_per_s for o, a in zip(peer_runs["ours"], peer_runs["aps"], strict=True)]
             ratio = statistics.median(pairs)
-            report.target("runtime drain >= 5 x APScheduler 4's (16 slots each, same server, paired reps)",
-                          ratio >= 5, f"median of paired ratios {ratio:.1f}x ({', '.join(f'{x:.1f}' for x in pairs)})")
+            report.target(
+                "runtime drain >= 5 x APScheduler 4's (16 slots each, same server, paired reps)",
+                ratio >= 5,
+                f"median of paired ratios {ratio:.1f}x ({', '.join(f'{x:.1f}' for x in pairs)})",
+            )
             our_spj = statistics.median(r.statements_per_job or 0.0 for r in peer_runs["ours"])
             aps_spj = statistics.median(r.statements_per_job or 0.0 for r in peer_runs["aps"])
-            report.target("fewer statements per job than APScheduler 4", our_spj < aps_spj,
-                          f"{our_spj:.2f} vs {aps_spj:.2f}")
+            report.target(
+                "fewer statements per job than APScheduler 4", our_spj < aps_spj, f"{our_spj:.2f} vs {aps_spj:.2f}"
+            )
         for key in ("arq", "arq10"):
             if peer_runs.get(key) and peer_runs.get("ours"):
                 ours = statistics.median(r.jobs_per_s for r in peer_runs["ours"])
                 theirs = statistics.median(r.jobs_per_s for r in peer_runs[key])
                 delay = "0.5 s (default)" if key == "arq" else "10 ms"
-                report.target(f"runtime drain >= arq on Redis, poll_delay {delay}", ours >= theirs,
-                              f"{ours:,.0f} / {theirs:,.0f} = {ours / theirs:.2f}x")
+                report.target(
+                    f"runtime drain >= arq on Redis, poll_delay {delay}",
+                    ours >= theirs,
+                    f"{ours:,.0f} / {theirs:,.0f} = {ours / theirs:.2f}x",
+                )
         broken_peers = [r.detail for results in peer_runs.values() for r in results if not r.exactly_once]
         if peer_runs:
             report.target("exactly-once in every peer drain", not broken_peers, "; ".join(broken_peers) or "every rep")
         if pickups:
             local_p50, remote_p50 = runtime.p50(pickups["local"]), runtime.p50(pickups["remote"])
-            report.target("pickup p50, enqueued by the same process, <= 20 ms", local_p50 <= 20,
-                          f"{local_p50:.1f} ms")
-            report.target("pickup p50, enqueued by another process, <= poll_ms/2 + 50 ms = 550 ms",
-                          remote_p50 <= 550, f"{remote_p50:.1f} ms")
+            report.target("pickup p50, enqueued by the same process, <= 20 ms", local_p50 <= 20, f"{local_p50:.1f} ms")
+            report.target(
+                "pickup p50, enqueued by another process, <= poll_ms/2 + 50 ms = 550 ms",
+                remote_p50 <= 550,
+                f"{remote_p50:.1f} ms",
+            )
             if "redis" in pickups:
                 redis_p50 = runtime.p50(pickups["redis"])
-                report.target("pickup p50 across processes with RedisWakeups <= 30 ms", redis_p50 <= 30,
-                              f"{redis_p50:.1f} ms")
+                report.target(
+                    "pickup p50 across processes with RedisWakeups <= 30 ms", redis_p50 <= 30, f"{redis_p50:.1f} ms"
+                )
         if idle_rate is not None:
             report.target("an idle replica costs <= 2 statements/s", idle_rate <= 2, f"{idle_rate:.2f}")
         if latency:
             first, last = f"{plan.backlogs[0]}", f"{plan.backlogs[-1]}"
             ratio = latency[last][0] / latency[first][0]
-            report.target(f"claim p50 at backlog {int(last):,} <= 1.25 x p50 at {int(first):,}", ratio <= 1.25,
-                          f"{latency[last][0]:.2f} / {latency[first][0]:.2f} ms = {ratio:.2f}x")
+            report.target(
+                f"claim p50 at backlog {int(last):,} <= 1.25 x p50 at {int(first):,}",
+                ratio <= 1.25,
+                f"{latency[last][0]:.2f} / {latency[first][0]:.2f} ms = {ratio:.2f}x",
+            )
             if claim_designs:
                 busy, idle = claim_designs[("running", "shipped")][0], claim_designs[("none", "shipped")][0]
                 before = claim_designs[("running", "before")][0] / claim_designs[("none", "before")][0]
-                report.target(f"claim p50 with {plan.running_rows[-1]:,} running <= 1.25 x none running "
-                              f"(backlog {int(last):,}, alternating)", busy <= 1.25 * idle,
-                              f"{busy:.2f} / {idle:.2f} ms = {busy / idle:.2f}x (before: {before:.2f}x)")
+                report.target(
+                    f"claim p50 with {plan.running_rows[-1]:,} running <= 1.25 x none running "
+                    f"(backlog {int(last):,}, alternating)",
+                    busy <= 1.25 * idle,
+                    f"{busy:.2f} / {idle:.2f} ms = {busy / idle:.2f}x (before: {before:.2f}x)",
+                )
             if heartbeats:
                 shipped, indexed = (statistics.median(heartbeats[n]) for n in ("shipped", "index"))
-                report.target("heartbeat cost <= 1.10 x before", True,
-                              "1.00x: the shipped design sends the same heartbeat statements to the same table; "
-                              f"design (a)'s KEY job_lease measured {indexed:.3f} / {shipped:.3f} ms = "
-                              f"{indexed / shipped:.2f}x (rep-by-rep ratios "
-                              + ", ".join(f"{i / s:.2f}" for s, i in zip(heartbeats["shipped"], heartbeats["index"],
-                                                                        strict=True))
-                              + ")")
-            sorts = [name for name, _, rows, header in explains
-                     if any("filesort" in str(dict(zip(header, r, strict=True)).get("Extra") or "") for r in rows)]
+                report.target(
+                    "heartbeat cost <= 1.10 x before",
+                    True,
+                    "1.00x: the shipped design sends the same heartbeat statements to the same table; "
+                    f"design (a)'s KEY job_lease measured {indexed:.3f} / {shipped:.3f} ms = "
+                    f"{indexed / shipped:.2f}x (rep-by-rep ratios "
+                    + ", ".join(f"{i / s:.2f}" for s, i in zip(heartbeats["shipped"], heartbeats["index"], strict=True))
+                    + ")",
+                )
+            sorts = [
+                name
+                for name, _, rows, header in explains
+                if any("filesort" in str(dict(zip(header, r, strict=True)).get("Extra") or "") for r in rows)
+            ]
             over_backlog = [name for name in sorts if name.startswith(("claim_candidates", "claim_pending_candidates"))]
             small = [name for name in sorts if name not in over_backlog]
-            report.target("no filesort over the backlog (claim candidate reads)", not over_backlog,
-                          (", ".join(over_backlog) or "none")
-                          + (f"; elsewhere, over the <= {CLAIM_LIMIT} won rows only: {', '.join(small)}" if small
-                             else ""))
+            report.target(
+                "no filesort over the backlog (claim candidate reads)",
+                not over_backlog,
+                (", ".join(over_backlog) or "none")
+                + (f"; elsewhere, over the <= {CLAIM_LIMIT} won rows only: {', '.join(small)}" if small else ""),
+            )
         for mode, bare_mode, label in (("one", "bare1", "one producer"), ("eight", "bare8", "eight producers")):
             if enqueue[mode] and enqueue[bare_mode]:
                 # The median of the reps' own ratios: a rep lasts well under a second at eight producers, so one
@@ -901,14 +1115,19 @@ async def run(args: argparse.Namespace) -> int:
                 pairs = [r / b for r, b in zip(enqueue[mode], enqueue[bare_mode], strict=True)]
                 ratio = statistics.median(pairs)
                 rate, bare = statistics.median(enqueue[mode]), statistics.median(enqueue[bare_mode])
-                report.target(f"enqueue, {label}, >= 0.8 x a bare INSERT of the same row (paired reps)",
-                              ratio >= 0.8,
-                              f"median of paired ratios {ratio:.2f}x ({', '.join(f'{p:.2f}' for p in pairs)}); "
-                              f"medians {rate:,.0f} / {bare:,.0f} jobs/s")
+                report.target(
+                    f"enqueue, {label}, >= 0.8 x a bare INSERT of the same row (paired reps)",
+                    ratio >= 0.8,
+                    f"median of paired ratios {ratio:.2f}x ({', '.join(f'{p:.2f}' for p in pairs)}); "
+                    f"medians {rate:,.0f} / {bare:,.0f} jobs/s",
+                )
         if enqueue["one"] and enqueue["many"]:
             one, many = statistics.median(enqueue["one"]), statistics.median(enqueue["many"])
-            report.target("enqueue_many >= 5 x one producer's enqueue", many >= 5 * one,
-                          f"{many:,.0f} / {one:,.0f} = {many / one:.1f}x")
+            report.target(
+                "enqueue_many >= 5 x one producer's enqueue",
+                many >= 5 * one,
+                f"{many:,.0f} / {one:,.0f} = {many / one:.1f}x",
+            )
         all_runtimes = [r for results in runtimes.values() for r in results]
         if all_runtimes:
             broken_rt = [r.detail for r in all_runtimes if not r.exactly_once]
@@ -917,28 +1136,41 @@ async def run(args: argparse.Namespace) -> int:
         if all_drains:
             seen = sum(r.deadlocks_seen for r in all_drains)
             innodb = sum(r.innodb_deadlocks for r in all_drains)
-            report.target("zero deadlocks", seen == 0 and innodb == 0,
-                          f"1213 seen by callers: {seen}; Innodb_deadlocks delta: {innodb}")
+            report.target(
+                "zero deadlocks",
+                seen == 0 and innodb == 0,
+                f"1213 seen by callers: {seen}; Innodb_deadlocks delta: {innodb}",
+            )
             if innodb:
                 status = str(admin.rows("SHOW ENGINE INNODB STATUS")[0][2])
                 start = status.find("LATEST DETECTED DEADLOCK")
                 end = status.find("------------\nTRANSACTIONS", start)
                 if start >= 0:
-                    deadlock_text = status[start:end if end > 0 else start + 6000]
+                    deadlock_text = status[start : end if end > 0 else start + 6000]
             broken = [r.detail for r in all_drains if not r.exactly_once]
             report.target("exactly-once in every drain", not broken, "; ".join(broken) or "every rep")
 
         elapsed = time.perf_counter() - t0
-        write_report(args, report, plan, origin, version, settings, rows_out, explains, started_at, elapsed,
-                     deadlock_text)
+        write_report(
+            args, report, plan, origin, version, settings, rows_out, explains, started_at, elapsed, deadlock_text
+        )
     progress(f"done in {elapsed:.0f} s; wrote {args.out}")
     return 0 if all(ok for _, ok, _ in report.targets) else 1
 
 
-def write_report(args: argparse.Namespace, report: Report, plan: Plan, origin: str, version: str,
-                 settings: dict[str, Any], rows_out: list[tuple[str, str, str, str]],
-                 explains: list[tuple[str, str, list[tuple[Any, ...]], list[str]]],
-                 started_at: dt.datetime, elapsed: float, deadlock_text: str) -> None:
+def write_report(
+    args: argparse.Namespace,
+    report: Report,
+    plan: Plan,
+    origin: str,
+    version: str,
+    settings: dict[str, Any],
+    rows_out: list[tuple[str, str, str, str]],
+    explains: list[tuple[str, str, list[tuple[Any, ...]], list[str]]],
+    started_at: dt.datetime,
+    elapsed: float,
+    deadlock_text: str,
+) -> None:
     out: list[str] = ["# Benchmark results", ""]
     mode = "quick" if args.quick else "full"
     out += [
@@ -954,12 +1186,21 @@ def write_report(args: argparse.Namespace, report: Report, plan: Plan, origin: s
         f"{plan.latency_samples} claims)",
     ]
     if args.quick:
-        out.append(f"- **quick mode**: drain of {args.drain_jobs or plan.drain_jobs:,} jobs (full: 10,000), "
-                   f"{args.finished or plan.finished_rows:,} finished rows (full: 1,000,000), backlogs "
-                   f"{'/'.join(f'{b:,}' for b in plan.backlogs)} (full: 1,000/10,000/100,000)")
-    out += ["", "Client and server share the machine; every jobs/s figure is to be read against the raw limit "
-            "measured in the same run.", "", "## Figures", "", "| scenario | figure | min | median |",
-            "|---|---|---:|---:|"]
+        out.append(
+            f"- **quick mode**: drain of {args.drain_jobs or plan.drain_jobs:,} jobs (full: 10,000), "
+            f"{args.finished or plan.finished_rows:,} finished rows (full: 1,000,000), backlogs "
+            f"{'/'.join(f'{b:,}' for b in plan.backlogs)} (full: 1,000/10,000/100,000)"
+        )
+    out += [
+        "",
+        "Client and server share the machine; every jobs/s figure is to be read against the raw limit "
+        "measured in the same run.",
+        "",
+        "## Figures",
+        "",
+        "| scenario | figure | min | median |",
+        "|---|---|---:|---:|",
+    ]
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows_out]
     out += ["", "## Targets", "", "| target | result | measured |", "|---|---|---|"]
     out += [f"| {name} | **{'PASS' if ok else 'FAIL'}** | {detail} |" for name, ok, detail in report.targets]
@@ -967,8 +1208,16 @@ def write_report(args: argparse.Namespace, report: Report, plan: Plan, origin: s
         out += ["", "## EXPLAIN", ""]
         for name, text, rows, header in explains:
             flagged = any("filesort" in str(dict(zip(header, r, strict=True)).get("Extra") or "") for r in rows)
-            out += [f"### {name}{' - **Using filesort**' if flagged else ''}", "", "```sql", text, "```", "",
-                    "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            out += [
+                f"### {name}{' - **Using filesort**' if flagged else ''}",
+                "",
+                "```sql",
+                text,
+                "```",
+                "",
+                "| " + " | ".join(header) + " |",
+                "|" + "---|" * len(header),
+            ]
             out += ["| " + " | ".join("" if v is None else str(v) for v in r) + " |" for r in rows]
             out.append("")
     if deadlock_text:
@@ -986,8 +1235,11 @@ def main() -> int:
     parser.add_argument("--loops", default="", help="drain claim loops, comma list (default 1,4,16)")
     parser.add_argument("--reps", type=int, default=0, help="override the repetitions")
     parser.add_argument("--drain-jobs", type=int, default=0, help="override the drain size")
-    parser.add_argument("--redis", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
-                        help="Redis for the RedisWakeups pickup scenario ('' leaves it out)")
+    parser.add_argument(
+        "--redis",
+        default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        help="Redis for the RedisWakeups pickup scenario ('' leaves it out)",
+    )
     parser.add_argument("--runtime-jobs", type=int, default=0, help="override the runtime drain size")
     parser.add_argument("--finished", type=int, default=0, help="override the finished rows for latency")
     return asyncio.run(run(parser.parse_args()))

@@ -45,8 +45,17 @@ def _check(admin: Any, n: int, handled: int, twice: int) -> tuple[bool, str]:
     return ok, f"handled={handled}/{n} rows={total} succeeded={succeeded} attempts1={once} twice={twice}"
 
 
-async def runtime_drain(pool: Any, admin: Any, fill: Callable[..., None], n: int, slots: int, rep: int,
-                        *, with_kv: bool, timeout_s: float = 300.0) -> RuntimeResult:
+async def runtime_drain(
+    pool: Any,
+    admin: Any,
+    fill: Callable[..., None],
+    n: int,
+    slots: int,
+    rep: int,
+    *,
+    with_kv: bool,
+    timeout_s: float = 300.0,
+) -> RuntimeResult:
     """n due jobs drained by ONE `create_job_worker(workers=slots)` (no-op handler, default lease and poll)."""
     admin.run(f"TRUNCATE TABLE `{JOBS}`")
     admin.run(f"TRUNCATE TABLE `{KV}`")
@@ -83,16 +92,25 @@ async def runtime_drain(pool: Any, admin: Any, fill: Callable[..., None], n: int
     return RuntimeResult(n / elapsed, delta["Questions"] / n, ok, detail)
 
 
-async def runtime_drain_processes(admin: Any, fill: Callable[..., None], url: str, n: int, processes: int,
-                                  slots: int, rep: int, timeout_s: float = 300.0) -> RuntimeResult:
+async def runtime_drain_processes(
+    admin: Any,
+    fill: Callable[..., None],
+    url: str,
+    n: int,
+    processes: int,
+    slots: int,
+    rep: int,
+    timeout_s: float = 300.0,
+) -> RuntimeResult:
     """n due jobs drained by `processes` processes, each one `create_job_worker(workers=slots)`."""
     admin.run(f"TRUNCATE TABLE `{JOBS}`")
     fill(admin, n, status="pending", prefix=f"rp{rep}-", base_ms=admin.now_ms() - 3_600_000)
     children = [
         subprocess.Popen(  # noqa: ASYNC220 - started before the timing, from the bench's own loop
-            [sys.executable, os.path.join(HERE, "runtime.py"), "--child", "drain", "--url", url,
-             "--slots", str(slots)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [sys.executable, os.path.join(HERE, "runtime.py"), "--child", "drain", "--url", url, "--slots", str(slots)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         for _ in range(processes)
     ]
@@ -142,8 +160,16 @@ async def runtime_drain_processes(admin: Any, fill: Callable[..., None], url: st
 
 
 def _job(job_id: str, due_at: int) -> JobInput:
-    return JobInput(id=job_id, space_id=1, action_id="bench", environment="production", trigger="manual",
-                    input={"t": time.time()}, due_at=due_at, max_attempts=3)
+    return JobInput(
+        id=job_id,
+        space_id=1,
+        action_id="bench",
+        environment="production",
+        trigger="manual",
+        input={"t": time.time()},
+        due_at=due_at,
+        max_attempts=3,
+    )
 
 
 async def pickup_local(pool: Any, admin: Any, samples: int, rep: int) -> list[float]:
@@ -188,9 +214,10 @@ async def pickup_remote(url: str, admin: Any, samples: int, rep: int, redis_url:
     prefix = f"bench-{os.getpid()}-{rep}:"
     extra = ["--redis", redis_url, "--channel-prefix", prefix] if redis_url else []
     child = subprocess.Popen(  # noqa: ASYNC220 - started before the timing
-        [sys.executable, os.path.join(HERE, "runtime.py"), "--child", "pickup", "--url", url, "--slots", "4",
-         *extra],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [sys.executable, os.path.join(HERE, "runtime.py"), "--child", "pickup", "--url", url, "--slots", "4", *extra],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     out: list[float] = []
     try:
@@ -243,8 +270,9 @@ async def idle_cost(pool: Any, admin: Any, seconds: float) -> float:
     async def handler(job: Job) -> str | None:
         return None
 
-    jobs = create_action_jobs(lookups=Lookups(), handler=handler, queue=create_mysql_job_queue(pool),
-                              kv=create_mysql_kv(pool))
+    jobs = create_action_jobs(
+        lookups=Lookups(), handler=handler, queue=create_mysql_job_queue(pool), kv=create_mysql_kv(pool)
+    )
     jobs.start()
     try:
         await asyncio.sleep(2.0)  # start-up: tables checked, schedules reconciled
@@ -333,8 +361,19 @@ if __name__ == "__main__":
 
 
 def _memory_jobs(n: int, due_at: int) -> list[JobInput]:
-    return [JobInput(id=f"m-{i}", space_id=1, action_id="bench", environment="production", trigger="manual",
-                     input={}, due_at=due_at + i % 1000, max_attempts=3) for i in range(n)]
+    return [
+        JobInput(
+            id=f"m-{i}",
+            space_id=1,
+            action_id="bench",
+            environment="production",
+            trigger="manual",
+            input={},
+            due_at=due_at + i % 1000,
+            max_attempts=3,
+        )
+        for i in range(n)
+    ]
 
 
 async def memory_claim_latency(backlog: int, samples: int) -> float:
@@ -363,8 +402,19 @@ async def memory_drain(n: int, loops: int) -> tuple[float, bool]:
 
     queue = create_memory_job_queue(retain_finished=n)
     now = int((await queue.now()).timestamp() * 1000)
-    jobs = [JobInput(id=f"md-{i}", space_id=1, action_id="bench", environment="production", trigger="manual",
-                     input={}, due_at=now - 3_600_000 + i, max_attempts=3) for i in range(n)]
+    jobs = [
+        JobInput(
+            id=f"md-{i}",
+            space_id=1,
+            action_id="bench",
+            environment="production",
+            trigger="manual",
+            input={},
+            due_at=now - 3_600_000 + i,
+            max_attempts=3,
+        )
+        for i in range(n)
+    ]
     await queue.enqueue_many(jobs)
     handed: set[str] = set()
     twice = 0

@@ -55,8 +55,8 @@ def fill(cur: pymysql.cursors.Cursor, finished: int) -> None:
     cur.execute("CREATE TABLE n (i INT PRIMARY KEY)")
     cur.execute("INSERT INTO n VALUES " + ",".join(f"({i})" for i in range(1000)))
     history = (
-        "CONCAT('[{\"status\":\"succeeded\",\"workerId\":\"replica-', a.i MOD 7, '\",\"runId\":\"run-', a.i, '-', "
-        "b.i, '\",\"attempt\":1,\"startedAt\":', 1767225600000 + a.i * 1000 + b.i, ',\"endedAt\":', "
+        'CONCAT(\'[{"status":"succeeded","workerId":"replica-\', a.i MOD 7, \'","runId":"run-\', a.i, \'-\', '
+        'b.i, \'","attempt":1,"startedAt":\', 1767225600000 + a.i * 1000 + b.i, \',"endedAt":\', '
         "1767225600500 + a.i * 1000 + b.i, '}]')"
     )
     for start in range(0, finished, 100_000):
@@ -66,7 +66,7 @@ def fill(cur: pymysql.cursors.Cursor, finished: int) -> None:
             "max_attempts, missed, status, run_at, attempts, lease_until, worker_id, run_id, cancel_requested, "
             "created_at, updated_at, error, history, expires_at) "
             f"SELECT CONCAT('job-', {start} + a.i * 1000 + b.i), a.i MOD 50, 'send-report', 'main', 'manual', "
-            "CONCAT('{\"user\":', b.i, ',\"report\":\"monthly\"}'), 1767225600000 + a.i * 1000 + b.i, 3, NULL, "
+            'CONCAT(\'{"user":\', b.i, \',"report":"monthly"}\'), 1767225600000 + a.i * 1000 + b.i, 3, NULL, '
             "'succeeded', 1767225600000 + a.i * 1000 + b.i, 1, NULL, CONCAT('replica-', a.i MOD 7), "
             f"CONCAT('run-', a.i, '-', b.i), 0, 1767225600000, 1767225600500, NULL, {history}, 1775001600500 "
             f"FROM n a JOIN n b WHERE a.i * 1000 + b.i < {rows}"

@@ -62,9 +62,7 @@ def one(mode: str, wheel: Path, work: Path, env: dict[str, str]) -> None:
         install += ["-c", str(constraints)]
     run(install)
     show = "import importlib.metadata as m, sys; print(', '.join(f'{n} {m.version(n)}' for n in sys.argv[1:]))"
-    versions = subprocess.run(
-        [python, "-c", show, *SHOWN], check=True, capture_output=True, text=True
-    ).stdout.strip()
+    versions = subprocess.run([python, "-c", show, *SHOWN], check=True, capture_output=True, text=True).stdout.strip()
     print(f"== {mode}: {versions}", flush=True)
     clean = {k: v for k, v in env.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", SELECTION, *SUITES], cwd=ROOT, env=clean)

@@ -176,7 +176,12 @@ def numbers(count: int) -> str:
 def job(id: str, **fields: Any) -> JobInput:
     """A due job with plain defaults; `fields` override any of them."""
     values: dict[str, Any] = {
-        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {}, "due_at": 0,
+        "space_id": 1,
+        "action_id": "a",
+        "environment": "main",
+        "trigger": "t",
+        "input": {},
+        "due_at": 0,
         "max_attempts": 3,
     }
     values.update(fields)

@@ -33,9 +33,7 @@ try:
     from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 except ImportError as missing:  # said plainly: the extra is what a user forgot
-    raise ImportError(
-        "plitzi_jobs_mysql.otel needs OpenTelemetry: pip install 'plitzi_jobs_mysql[otel]'"
-    ) from missing
+    raise ImportError("plitzi_jobs_mysql.otel needs OpenTelemetry: pip install 'plitzi_jobs_mysql[otel]'") from missing
 
 from .contract.events import EventKind, JobEvent
 from .contract.protocols import JobQueue
@@ -192,4 +190,3 @@ class JobsTelemetry:
 
     def _observe_depth(self, options: CallbackOptions) -> list[Observation]:
         return [Observation(count, {STATUS: status}) for status, count in self._depth.items()]
-

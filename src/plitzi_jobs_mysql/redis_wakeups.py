@@ -148,7 +148,7 @@ class RedisWakeups:
                             continue  # ours: this process's workers were woken directly
                         channel = message.get("channel")
                         channel = channel.decode() if isinstance(channel, bytes) else str(channel)
-                        self._local.notify(channel[len(self._prefix):])
+                        self._local.notify(channel[len(self._prefix) :])
             except asyncio.CancelledError:
                 raise
             except Exception as error:

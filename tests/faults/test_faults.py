@@ -93,8 +93,21 @@ async def test_a_claim_cut_short_by_a_read_only_server_hands_out_what_it_had_won
     pool = await open_pool(package_user(database), maxsize=2)
     queue = create_mysql_job_queue(pool)
     try:
-        await queue.enqueue_many([JobInput(id=f"job-{n}", space_id=1, action_id="a", environment="main",
-                                           trigger="t", input={}, due_at=0, max_attempts=3) for n in range(4)])
+        await queue.enqueue_many(
+            [
+                JobInput(
+                    id=f"job-{n}",
+                    space_id=1,
+                    action_id="a",
+                    environment="main",
+                    trigger="t",
+                    input={},
+                    due_at=0,
+                    max_attempts=3,
+                )
+                for n in range(4)
+            ]
+        )
         original = session_module.Connection.write
 
         async def write(self: Any, sql: str, args: Any = None, **options: Any) -> int:
@@ -133,8 +146,9 @@ async def test_a_hand_back_refused_by_a_read_only_server_is_retried_while_the_le
                 windows.append(time.monotonic())
                 await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 1")
                 asyncio.get_running_loop().call_later(
-                    1.5, lambda: asyncio.ensure_future(
-                        asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 0")))
+                    1.5,
+                    lambda: asyncio.ensure_future(asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 0")),
+                )
 
         async def swap(self, key: str, expected: str | None, value: str, ttl: float) -> bool:
             await self.window()
@@ -154,10 +168,19 @@ async def test_a_hand_back_refused_by_a_read_only_server_is_retried_while_the_le
         ran.append(job.id)
         return "done"
 
-    await queue.enqueue(JobInput(id="job", space_id=1, action_id="a", environment="main", trigger="t", input={},
-                                 due_at=0, max_attempts=3))
-    worker = create_job_worker(queue=queue, handler=handler, kv=ReadOnlyOnFirstSwap(),  # type: ignore[arg-type]
-                               lease_ms=30_000, poll_ms=100, on_error=errors.append)
+    await queue.enqueue(
+        JobInput(
+            id="job", space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=0, max_attempts=3
+        )
+    )
+    worker = create_job_worker(
+        queue=queue,
+        handler=handler,
+        kv=ReadOnlyOnFirstSwap(),  # type: ignore[arg-type]
+        lease_ms=30_000,
+        poll_ms=100,
+        on_error=errors.append,
+    )
     worker.start()
     try:
         deadline = time.monotonic() + 15
@@ -200,17 +223,33 @@ async def test_connections_gone_silent_are_abandoned_and_no_job_runs_twice_at_on
             await asyncio.sleep(7.0)  # longer than the lease: only heartbeats keep it
             run[2] = time.monotonic()
             return "done"
+
         return handler
 
     def worker(name: str, pool: Any, on_error: Any = None) -> Any:
-        return create_job_worker(queue=create_mysql_job_queue(pool), handler=handler_for(name), workers=4,
-                                 poll_ms=100, lease_ms=6_000, backoff_base_ms=100, backoff_max_ms=500,
-                                 kv=create_mysql_kv(pool), worker_id=f"worker-{name}", on_error=on_error)
+        return create_job_worker(
+            queue=create_mysql_job_queue(pool),
+            handler=handler_for(name),
+            workers=4,
+            poll_ms=100,
+            lease_ms=6_000,
+            backoff_base_ms=100,
+            backoff_max_ms=500,
+            kv=create_mysql_kv(pool),
+            worker_id=f"worker-{name}",
+            on_error=on_error,
+        )
 
     queue = create_mysql_job_queue(pool_b)
     ids = [f"job-{n:02d}" for n in range(16)]
-    await queue.enqueue_many([JobInput(id=i, space_id=1, action_id="a", environment="main", trigger="t", input={},
-                                       due_at=0, max_attempts=5) for i in ids])
+    await queue.enqueue_many(
+        [
+            JobInput(
+                id=i, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=0, max_attempts=5
+            )
+            for i in ids
+        ]
+    )
     worker_a, worker_b = worker("a", pool_a, errors.append), worker("b", pool_b)
     worker_a.start()
     try:
@@ -236,8 +275,10 @@ async def test_connections_gone_silent_are_abandoned_and_no_job_runs_twice_at_on
         ordered = sorted(job_runs, key=lambda r: r[1])
         overlaps += [(job_id, a[0], b[0]) for a, b in itertools.pairwise(ordered) if a[2] is None or a[2] > b[1]]
     after = sum(1 for v in runs.values() for r in v if r[0] == "a" and r[1] > silenced_at)
-    print(f"\nsilent connections: {silenced} went silent; A started {after} runs afterwards; A's errors: "
-          f"{[str(e)[:100] for e in errors[:4]]}")
+    print(
+        f"\nsilent connections: {silenced} went silent; A started {after} runs afterwards; A's errors: "
+        f"{[str(e)[:100] for e in errors[:4]]}"
+    )
     assert not overlaps, f"runs overlapped another run of their job: {overlaps}"
     # A noticed, said so, and went on over new connections by itself.
     assert any(isinstance(e, StoreUnavailableError) and "did not answer" in str(e) for e in errors), errors
@@ -304,9 +345,20 @@ async def test_a_sweep_stuck_on_a_silent_connection_is_abandoned(
         clean = create_mysql_job_queue(clean_pool)
         now = int((await queue.now()).timestamp() * 1000)  # its clock read: the sweep's statements meet the silence
         assert proxy.silence() >= 1  # the pool's idle connection: the first sweep gets it
-        await clean.put_schedules(space_id=1, schedules=[ScheduleInput(
-            space_id=1, action_id="digest", cron="* * * * *", environment="main", enabled=True,
-            next_run_at=now - 60_000, max_attempts=3)])
+        await clean.put_schedules(
+            space_id=1,
+            schedules=[
+                ScheduleInput(
+                    space_id=1,
+                    action_id="digest",
+                    cron="* * * * *",
+                    environment="main",
+                    enabled=True,
+                    next_run_at=now - 60_000,
+                    max_attempts=3,
+                )
+            ],
+        )
         scheduler.start()
         deadline = time.monotonic() + 20
         while not (await clean.list_jobs(space_ids=[1], limit=1)).total:

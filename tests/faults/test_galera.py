@@ -141,7 +141,12 @@ class ConflictCounter:
 
 def job(id: str, **fields: Any) -> JobInput:
     values: dict[str, Any] = {
-        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {"n": id}, "due_at": 0,
+        "space_id": 1,
+        "action_id": "a",
+        "environment": "main",
+        "trigger": "t",
+        "input": {"n": id},
+        "due_at": 0,
         "max_attempts": 3,
     }
     values.update(fields)
@@ -159,9 +164,7 @@ async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
     started = time.monotonic()
     shared = ids[:300]
     own = [ids[300 + i :: 3] for i in range(3)]
-    answers = await asyncio.gather(
-        *(queues[i].enqueue_many([job(x) for x in shared + own[i]]) for i in range(3))
-    )
+    answers = await asyncio.gather(*(queues[i].enqueue_many([job(x) for x in shared + own[i]]) for i in range(3)))
     created = sum(a.count(True) for a in answers)
     enqueue_s = time.monotonic() - started
     assert created == JOBS, f"{created} creations answered True for {JOBS} distinct ids"
@@ -198,7 +201,10 @@ async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
         while (item := await handed[node].get()) is not None:
             job_id, worker = item
             await queues[node].settle(
-                job_id=job_id, worker_id=worker, status="succeeded", run_id=f"run-{job_id}",
+                job_id=job_id,
+                worker_id=worker,
+                status="succeeded",
+                run_id=f"run-{job_id}",
                 attempt=AttemptOutcome(status="succeeded", worker_id=worker, run_id=f"run-{job_id}"),
             )
 
@@ -223,9 +229,13 @@ async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
 
     seen = {url: states(url) for url in database}
     FINDINGS[f"drain[{pools_kind(pools)}]"] = found = {
-        "jobs": JOBS, "enqueue_s": round(enqueue_s, 2), "drain_s": round(drain_s, 2),
-        "jobs_per_s": round(JOBS / drain_s), "conflicts": dict(conflicts.codes),
-        "claimers": len(won), "states": seen[database[0]],
+        "jobs": JOBS,
+        "enqueue_s": round(enqueue_s, 2),
+        "drain_s": round(drain_s, 2),
+        "jobs_per_s": round(JOBS / drain_s),
+        "conflicts": dict(conflicts.codes),
+        "claimers": len(won),
+        "states": seen[database[0]],
     }
     print(f"\ngalera drain ({pools_kind(pools)} pools): {found}")
     # A settle sent to a node that has not yet applied the claim finds no row held by that worker and does
@@ -265,14 +275,23 @@ async def test_schedules_swept_from_every_node_fire_once(
         await queues[space % 3].put_schedules(
             space_id=space,
             schedules=[
-                ScheduleInput(space_id=space, action_id=f"act-{a}", cron="* * * * *", environment="main",
-                              enabled=True, next_run_at=first_fire, max_attempts=3)
+                ScheduleInput(
+                    space_id=space,
+                    action_id=f"act-{a}",
+                    cron="* * * * *",
+                    environment="main",
+                    enabled=True,
+                    next_run_at=first_fire,
+                    max_attempts=3,
+                )
                 for a in range(per_space)
             ],
         )
     wait_for(
-        lambda: all(node_sql(u, "SELECT COUNT(*) FROM action_schedules WHERE action_id <> ''")[0][0]
-                    == spaces * per_space for u in database),
+        lambda: all(
+            node_sql(u, "SELECT COUNT(*) FROM action_schedules WHERE action_id <> ''")[0][0] == spaces * per_space
+            for u in database
+        ),
         "schedules on every node",
     )
     lookups = Lookups({})
@@ -302,14 +321,19 @@ async def test_schedules_swept_from_every_node_fire_once(
         assert {j[0].decode() for j in jobs} == expected
         assert {j[1] for j in jobs} == {m.count for m in missed}
         schedules = node_sql(
-            url, "SELECT next_run_at, last_fire_at, missed, COUNT(*) FROM action_schedules WHERE action_id <> '' "
-            "GROUP BY next_run_at, last_fire_at, missed"
+            url,
+            "SELECT next_run_at, last_fire_at, missed, COUNT(*) FROM action_schedules WHERE action_id <> '' "
+            "GROUP BY next_run_at, last_fire_at, missed",
         )
         assert len(schedules) == 1 and schedules[0][1] == first_fire and schedules[0][3] == spaces * per_space
         assert schedules[0][0] > now and schedules[0][2] == missed[0].count
     FINDINGS[f"schedules[{pools_kind(pools)}]"] = {
-        "schedules": spaces * per_space, "sweep_rounds": 4, "sweep_s": round(sweep_s, 2),
-        "duplicates": len(duplicates), "missed_each": missed[0].count, "conflicts": dict(conflicts.codes),
+        "schedules": spaces * per_space,
+        "sweep_rounds": 4,
+        "sweep_s": round(sweep_s, 2),
+        "duplicates": len(duplicates),
+        "missed_each": missed[0].count,
+        "conflicts": dict(conflicts.codes),
     }
     print(f"\ngalera schedules ({pools_kind(pools)}): {FINDINGS[f'schedules[{pools_kind(pools)}]']}")
 
@@ -341,9 +365,12 @@ async def test_kv_swaps_racing_across_nodes_have_exactly_one_winner(
         if len(winners) != 1:
             continue
         holder = winners[0][1]
-        wait_for(lambda key=key, holder=holder: all(
-            node_sql(u, "SELECT v FROM action_kv WHERE k = %s", (key,)) == [(holder,)] for u in database
-        ), f"{key} on every node")
+        wait_for(
+            lambda key=key, holder=holder: all(
+                node_sql(u, "SELECT v FROM action_kv WHERE k = %s", (key,)) == [(holder,)] for u in database
+            ),
+            f"{key} on every node",
+        )
         # Compare-and-set from the winner's value: again exactly one.
         got = await asyncio.gather(*(attempt(node, key, holder, value + "-next") for node, value in contenders))
         winners2 = [c for c, ok in zip(contenders, got, strict=True) if ok]
@@ -352,8 +379,11 @@ async def test_kv_swaps_racing_across_nodes_have_exactly_one_winner(
         if len(winners2) == 1:
             assert stored == [(winners2[0][1] + "-next",)]
     FINDINGS[f"kv[{pools_kind(pools)}]"] = {
-        "rounds": rounds, "writers": 3 * per_node, "swap_s": round(time.monotonic() - started, 2),
-        "conflicts_handled": dict(conflicts.codes), "conflicts_raised_to_caller": dict(raised),
+        "rounds": rounds,
+        "writers": 3 * per_node,
+        "swap_s": round(time.monotonic() - started, 2),
+        "conflicts_handled": dict(conflicts.codes),
+        "conflicts_raised_to_caller": dict(raised),
         "winners_if_absent": dict(collections.Counter(winners_absent)),
         "winners_compare": dict(collections.Counter(winners_value)),
     }

@@ -56,9 +56,11 @@ SURVIVABLE = {1047, 1213, 2003, 2006, 2013, 2014, 2055}
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[GaleraCluster]:
-    reason = galera_missing_reason() or (None if haproxy_binary() else
-                                         "GALERA BEHIND HAPROXY NOT RUN: haproxy is missing (apt-get install "
-                                         "haproxy; CI's .ci/run does)")
+    reason = galera_missing_reason() or (
+        None
+        if haproxy_binary()
+        else "GALERA BEHIND HAPROXY NOT RUN: haproxy is missing (apt-get install haproxy; CI's .ci/run does)"
+    )
     if reason is not None:
         warnings.warn(reason, stacklevel=1)
         print("\n" + "!" * 100 + "\n" + reason + "\n" + "!" * 100)
@@ -103,9 +105,10 @@ async def test_a_node_sigkilled_behind_haproxy_mid_drain_loses_and_repeats_nothi
 
 
 async def drill_behind_haproxy(cluster: GaleraCluster, jobs: int = JOBS, rounds: int = 1) -> None:
-    with fresh_database(cluster.urls[0], "pjm_haproxy") as root_url, HaProxy(
-        [node.port for node in cluster.nodes]
-    ) as proxy:
+    with (
+        fresh_database(cluster.urls[0], "pjm_haproxy") as root_url,
+        HaProxy([node.port for node in cluster.nodes]) as proxy,
+    ):
         name = parse_mysql_url(root_url).database
         for node in cluster.nodes:
             deadline = time.monotonic() + 30
@@ -135,25 +138,60 @@ async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: i
             fatal.append(error)
 
     # The jobs, and ten every-minute schedules five minutes overdue: each fires its overdue instant once.
-    await queues[0].enqueue_many([JobInput(id=f"job-{n:05d}", space_id=1, action_id="a", environment="main",
-                                           trigger="t", input={}, due_at=0, max_attempts=5) for n in range(jobs)])
+    await queues[0].enqueue_many(
+        [
+            JobInput(
+                id=f"job-{n:05d}",
+                space_id=1,
+                action_id="a",
+                environment="main",
+                trigger="t",
+                input={},
+                due_at=0,
+                max_attempts=5,
+            )
+            for n in range(jobs)
+        ]
+    )
     now = int((await queues[0].now()).timestamp() * 1000)
     first_fire = (now // MINUTE) * MINUTE - 5 * MINUTE
-    await queues[0].put_schedules(space_id=2, schedules=[
-        ScheduleInput(space_id=2, action_id=f"act-{a}", cron="* * * * *", environment="main", enabled=True,
-                      next_run_at=first_fire, max_attempts=3) for a in range(10)])
+    await queues[0].put_schedules(
+        space_id=2,
+        schedules=[
+            ScheduleInput(
+                space_id=2,
+                action_id=f"act-{a}",
+                cron="* * * * *",
+                environment="main",
+                enabled=True,
+                next_run_at=first_fire,
+                max_attempts=3,
+            )
+            for a in range(10)
+        ],
+    )
 
     def handler_for(worker: str) -> Any:
         async def handler(job: Any) -> str:
             runs[job.id] += 1
             ran_at[worker].append(time.monotonic())
             return "done"
+
         return handler
 
     workers = [
-        create_job_worker(queue=queues[i], handler=handler_for(f"w{i}"), workers=8, poll_ms=100, lease_ms=LEASE_MS,
-                          backoff_base_ms=100, backoff_max_ms=500, kv=create_mysql_kv(pools[i]), worker_id=f"w{i}",
-                          on_error=on_error)
+        create_job_worker(
+            queue=queues[i],
+            handler=handler_for(f"w{i}"),
+            workers=8,
+            poll_ms=100,
+            lease_ms=LEASE_MS,
+            backoff_base_ms=100,
+            backoff_max_ms=500,
+            kv=create_mysql_kv(pools[i]),
+            worker_id=f"w{i}",
+            on_error=on_error,
+        )
         for i in range(2)
     ]
     fires: list[str] = []
@@ -177,8 +215,17 @@ async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: i
             at = KILL_AFTER if rounds == 1 else (round_ + 1) * jobs // (rounds + 1)
             await wait_until(lambda at=at: len(runs) >= at, f"{at} runs", 120)
             # The node most of the package's connections use, SIGKILLed.
-            counts = [(await asyncio.to_thread(node_sql, n.url, "SELECT COUNT(*) FROM information_schema.processlist "
-                                               "WHERE db = %s", (database,)))[0][0] for n in cluster.nodes]
+            counts = [
+                (
+                    await asyncio.to_thread(
+                        node_sql,
+                        n.url,
+                        "SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s",
+                        (database,),
+                    )
+                )[0][0]
+                for n in cluster.nodes
+            ]
             victim = max(range(len(cluster.nodes)), key=lambda i: counts[i])
             node = cluster.nodes[victim]
             assert node.proc is not None
@@ -187,21 +234,33 @@ async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: i
             killed_at, runs_at_kill = time.monotonic(), len(runs)
             # The pools find the survivors through the proxy by themselves.
             moved = min(runs_at_kill + 500, jobs)
-            await wait_until(lambda moved=moved: len(runs) >= moved,
-                             "the drain moving on through the survivors", 60)
+            await wait_until(lambda moved=moved: len(runs) >= moved, "the drain moving on through the survivors", 60)
             survived_s = time.monotonic() - killed_at
             # The node comes back and rejoins (state transfer from a survivor) while the drain goes on.
             node.spawn(cluster.binary, bootstrap=False)
             await asyncio.to_thread(node.wait_synced, time.monotonic() + 120, cluster.size)
             stalled_s = min((t for v in ran_at.values() for t in v if t > killed_at), default=killed_at) - killed_at
-            kills.append({"node": victim + 1, "connections_per_node": counts, "after_runs": runs_at_kill,
-                          "next_run_s": round(stalled_s, 1), "moved_on_s": round(survived_s, 1),
-                          "rejoined_s": round(time.monotonic() - killed_at, 1), "killed_at": killed_at})
+            kills.append(
+                {
+                    "node": victim + 1,
+                    "connections_per_node": counts,
+                    "after_runs": runs_at_kill,
+                    "next_run_s": round(stalled_s, 1),
+                    "moved_on_s": round(survived_s, 1),
+                    "rejoined_s": round(time.monotonic() - killed_at, 1),
+                    "killed_at": killed_at,
+                }
+            )
         await wait_until(lambda: len(runs) >= jobs, "every job running", 120)
         survivor = cluster.nodes[0].url
         deadline = time.monotonic() + 60
-        while (await asyncio.to_thread(node_sql, survivor.rstrip("/") + f"/{database}",
-                                       "SELECT COUNT(*) FROM action_jobs WHERE status <> 'succeeded'"))[0][0]:
+        while (
+            await asyncio.to_thread(
+                node_sql,
+                survivor.rstrip("/") + f"/{database}",
+                "SELECT COUNT(*) FROM action_jobs WHERE status <> 'succeeded'",
+            )
+        )[0][0]:
             assert time.monotonic() < deadline, "jobs still unsettled 60 s after every job ran"
             await asyncio.sleep(0.2)
         drain_s = time.monotonic() - started
@@ -214,16 +273,23 @@ async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: i
             pool.close()
             await pool.wait_closed()
 
-    rows = node_sql(cluster.nodes[0].url.rstrip("/") + f"/{database}",
-                    "SELECT id, status, `trigger`, due_at, space_id, action_id, history FROM action_jobs")
+    rows = node_sql(
+        cluster.nodes[0].url.rstrip("/") + f"/{database}",
+        "SELECT id, status, `trigger`, due_at, space_id, action_id, history FROM action_jobs",
+    )
     rows_by_id = {r[0].decode(): r for r in rows}
     fired = [r for r in rows if r[2] == b"schedule"]
     lost = sum(r[6].count('"lost"') for r in rows_by_id.values())
-    print(f"\ngalera behind haproxy: {jobs} jobs in {drain_s:.1f} s, {lost} lost attempts, {len(fired)} schedule "
-          f"fires, errors met {dict(errors)}; SIGKILLed: "
-          + "; ".join(f"node{k['node']} (connections per node {k['connections_per_node']}) after {k['after_runs']} "
-                      f"runs, next run {k['next_run_s']} s later, the drain moved on through the survivors in "
-                      f"{k['moved_on_s']} s, the node rejoined in {k['rejoined_s']} s" for k in kills))
+    print(
+        f"\ngalera behind haproxy: {jobs} jobs in {drain_s:.1f} s, {lost} lost attempts, {len(fired)} schedule "
+        f"fires, errors met {dict(errors)}; SIGKILLed: "
+        + "; ".join(
+            f"node{k['node']} (connections per node {k['connections_per_node']}) after {k['after_runs']} "
+            f"runs, next run {k['next_run_s']} s later, the drain moved on through the survivors in "
+            f"{k['moved_on_s']} s, the node rejoined in {k['rejoined_s']} s"
+            for k in kills
+        )
+    )
     # Exactly once: every job (and every fire's job) succeeded, and its handler ran once.
     assert len(rows_by_id) == jobs + len(fired) and {r[1] for r in rows_by_id.values()} == {"succeeded"}
     assert set(runs) == set(rows_by_id) and set(runs.values()) == {1}, collections.Counter(runs.values())

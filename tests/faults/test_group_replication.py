@@ -133,7 +133,12 @@ class ConflictCounter:
 
 def job(id: str, **fields: Any) -> JobInput:
     values: dict[str, Any] = {
-        "space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {"n": id}, "due_at": 0,
+        "space_id": 1,
+        "action_id": "a",
+        "environment": "main",
+        "trigger": "t",
+        "input": {"n": id},
+        "due_at": 0,
         "max_attempts": 3,
     }
     values.update(fields)
@@ -202,7 +207,10 @@ async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
         while (item := await handed[node].get()) is not None:
             job_id, worker = item
             await queues[node].settle(
-                job_id=job_id, worker_id=worker, status="succeeded", run_id=f"run-{job_id}",
+                job_id=job_id,
+                worker_id=worker,
+                status="succeeded",
+                run_id=f"run-{job_id}",
                 attempt=AttemptOutcome(status="succeeded", worker_id=worker, run_id=f"run-{job_id}"),
             )
 
@@ -226,8 +234,12 @@ async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
 
     seen = {url: states(url) for url in database}
     FINDINGS["drain"] = found = {
-        "jobs": JOBS, "enqueue_s": round(enqueue_s, 2), "drain_s": round(drain_s, 2),
-        "jobs_per_s": round(JOBS / drain_s), "conflicts": dict(conflicts.codes), "claimers": len(won),
+        "jobs": JOBS,
+        "enqueue_s": round(enqueue_s, 2),
+        "drain_s": round(drain_s, 2),
+        "jobs_per_s": round(JOBS / drain_s),
+        "conflicts": dict(conflicts.codes),
+        "claimers": len(won),
     }
     print(f"\ngroup replication drain: {found}")
     for url in database:
@@ -258,14 +270,23 @@ async def test_schedules_swept_from_every_node_fire_once(
         await queues[space % 3].put_schedules(
             space_id=space,
             schedules=[
-                ScheduleInput(space_id=space, action_id=f"act-{a}", cron="* * * * *", environment="main",
-                              enabled=True, next_run_at=first_fire, max_attempts=3)
+                ScheduleInput(
+                    space_id=space,
+                    action_id=f"act-{a}",
+                    cron="* * * * *",
+                    environment="main",
+                    enabled=True,
+                    next_run_at=first_fire,
+                    max_attempts=3,
+                )
                 for a in range(per_space)
             ],
         )
     wait_for(
-        lambda: all(node_sql(u, "SELECT COUNT(*) FROM action_schedules WHERE action_id <> ''")[0][0]
-                    == spaces * per_space for u in database),
+        lambda: all(
+            node_sql(u, "SELECT COUNT(*) FROM action_schedules WHERE action_id <> ''")[0][0] == spaces * per_space
+            for u in database
+        ),
         "schedules on every node",
     )
     schedulers = [create_scheduler(queue=q, lookups=Lookups(), batch=1000) for q in queues]
@@ -287,14 +308,18 @@ async def test_schedules_swept_from_every_node_fire_once(
         jobs = node_sql(url, "SELECT id, missed FROM action_jobs")
         assert {j[0].decode() for j in jobs} == expected and len(jobs) == spaces * per_space
         schedules = node_sql(
-            url, "SELECT next_run_at, last_fire_at, missed, COUNT(*) FROM action_schedules WHERE action_id <> '' "
-            "GROUP BY next_run_at, last_fire_at, missed"
+            url,
+            "SELECT next_run_at, last_fire_at, missed, COUNT(*) FROM action_schedules WHERE action_id <> '' "
+            "GROUP BY next_run_at, last_fire_at, missed",
         )
         assert len(schedules) == 1 and schedules[0][1] == first_fire and schedules[0][3] == spaces * per_space
         assert schedules[0][0] > now and schedules[0][2] == missed[0].count
     FINDINGS["schedules"] = {
-        "schedules": spaces * per_space, "sweep_rounds": 4, "sweep_s": round(sweep_s, 2),
-        "duplicates": sum(len(r.duplicates) for r in results), "conflicts": dict(conflicts.codes),
+        "schedules": spaces * per_space,
+        "sweep_rounds": 4,
+        "sweep_s": round(sweep_s, 2),
+        "duplicates": sum(len(r.duplicates) for r in results),
+        "conflicts": dict(conflicts.codes),
     }
     print(f"\ngroup replication schedules: {FINDINGS['schedules']}")
 
@@ -332,8 +357,11 @@ async def test_kv_swaps_racing_across_nodes_have_exactly_one_winner(
             stored = node_sql(database[2], "SELECT v FROM action_kv WHERE k = %s", (key,))
             assert stored == [(winners2[0][1] + "-next",)]
     FINDINGS["kv"] = {
-        "rounds": rounds, "writers": 3 * per_node, "swap_s": round(time.monotonic() - started, 2),
-        "conflicts_handled": dict(conflicts.codes), "conflicts_raised_to_caller": dict(raised),
+        "rounds": rounds,
+        "writers": 3 * per_node,
+        "swap_s": round(time.monotonic() - started, 2),
+        "conflicts_handled": dict(conflicts.codes),
+        "conflicts_raised_to_caller": dict(raised),
     }
     print(f"\ngroup replication kv: {FINDINGS['kv']}")
     assert winners_absent == [1] * rounds, "a swap-if-absent race across nodes did not have exactly one winner"
@@ -407,25 +435,60 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
         if not (survivable(error) or survivable(cause)):
             fatal.append(error)
 
-    await queues[0].enqueue_many([JobInput(id=f"job-{n:05d}", space_id=1, action_id="a", environment="main",
-                                           trigger="t", input={}, due_at=0, max_attempts=5) for n in range(jobs)])
+    await queues[0].enqueue_many(
+        [
+            JobInput(
+                id=f"job-{n:05d}",
+                space_id=1,
+                action_id="a",
+                environment="main",
+                trigger="t",
+                input={},
+                due_at=0,
+                max_attempts=5,
+            )
+            for n in range(jobs)
+        ]
+    )
     now = int((await queues[0].now()).timestamp() * 1000)
     first_fire = (now // MINUTE) * MINUTE - 5 * MINUTE
-    await queues[0].put_schedules(space_id=2, schedules=[
-        ScheduleInput(space_id=2, action_id=f"act-{a}", cron="* * * * *", environment="main", enabled=True,
-                      next_run_at=first_fire, max_attempts=3) for a in range(10)])
+    await queues[0].put_schedules(
+        space_id=2,
+        schedules=[
+            ScheduleInput(
+                space_id=2,
+                action_id=f"act-{a}",
+                cron="* * * * *",
+                environment="main",
+                enabled=True,
+                next_run_at=first_fire,
+                max_attempts=3,
+            )
+            for a in range(10)
+        ],
+    )
 
     def handler_for(worker: str) -> Any:
         async def handler(job: Any) -> str:
             runs[job.id] += 1
             ran_at[worker].append(time.monotonic())
             return "done"
+
         return handler
 
     workers = [
-        create_job_worker(queue=queues[i], handler=handler_for(f"w{i}"), workers=8, poll_ms=100, lease_ms=LEASE_MS,
-                          backoff_base_ms=100, backoff_max_ms=500, kv=create_mysql_kv(pools[i]), worker_id=f"w{i}",
-                          on_error=on_error)
+        create_job_worker(
+            queue=queues[i],
+            handler=handler_for(f"w{i}"),
+            workers=8,
+            poll_ms=100,
+            lease_ms=LEASE_MS,
+            backoff_base_ms=100,
+            backoff_max_ms=500,
+            kv=create_mysql_kv(pools[i]),
+            worker_id=f"w{i}",
+            on_error=on_error,
+        )
         for i in range(2)
     ]
     fires: list[str] = []
@@ -448,8 +511,17 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
         for round_ in range(rounds):
             at = KILL_AFTER if rounds == 1 else (round_ + 1) * jobs // (rounds + 1)
             await wait_until(lambda at=at: len(runs) >= at, f"{at} runs", 120)
-            counts = [(await asyncio.to_thread(node_sql, n.url, "SELECT COUNT(*) FROM information_schema.processlist "
-                                               "WHERE db = %s", (database,)))[0][0] for n in cluster.nodes]
+            counts = [
+                (
+                    await asyncio.to_thread(
+                        node_sql,
+                        n.url,
+                        "SELECT COUNT(*) FROM information_schema.processlist WHERE db = %s",
+                        (database,),
+                    )
+                )[0][0]
+                for n in cluster.nodes
+            ]
             victim = max(range(len(cluster.nodes)), key=lambda i: counts[i])
             await asyncio.to_thread(cluster.kill, victim + 1)
             killed_at, runs_at_kill = time.monotonic(), len(runs)
@@ -460,15 +532,24 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
             expelled_s = await asyncio.to_thread(cluster.wait_members, survivor, len(cluster.nodes) - 1)
             rejoin_s = await asyncio.to_thread(cluster.rejoin, victim + 1)
             next_run_s = min((t for v in ran_at.values() for t in v if t > killed_at), default=killed_at) - killed_at
-            kills.append({"node": victim + 1, "connections_per_node": counts, "after_runs": runs_at_kill,
-                          "next_run_s": round(next_run_s, 1), "moved_on_s": round(moved_on_s, 1),
-                          "expelled_s_after_moved_on": round(expelled_s, 1), "rejoin_s": round(rejoin_s, 1),
-                          "killed_at": killed_at})
+            kills.append(
+                {
+                    "node": victim + 1,
+                    "connections_per_node": counts,
+                    "after_runs": runs_at_kill,
+                    "next_run_s": round(next_run_s, 1),
+                    "moved_on_s": round(moved_on_s, 1),
+                    "expelled_s_after_moved_on": round(expelled_s, 1),
+                    "rejoin_s": round(rejoin_s, 1),
+                    "killed_at": killed_at,
+                }
+            )
         await wait_until(lambda: len(runs) >= jobs, "every job running", 120)
         db_url = survivor.url.rstrip("/") + f"/{database}"
         deadline = time.monotonic() + 60
-        while (await asyncio.to_thread(node_sql, db_url,
-                                       "SELECT COUNT(*) FROM action_jobs WHERE status <> 'succeeded'"))[0][0]:
+        while (
+            await asyncio.to_thread(node_sql, db_url, "SELECT COUNT(*) FROM action_jobs WHERE status <> 'succeeded'")
+        )[0][0]:
             assert time.monotonic() < deadline, "jobs still unsettled 60 s after every job ran"
             await asyncio.sleep(0.2)
         drain_s = time.monotonic() - started
@@ -486,7 +567,11 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
     fired = [r for r in rows if r[2] == b"schedule"]
     lost = sum(r[6].count('"lost"') for r in rows_by_id.values())
     FINDINGS["sigkill"] = found = {
-        "jobs": jobs, "drain_s": round(drain_s, 1), "lost_attempts": lost, "fires": len(fired), "errors": dict(errors),
+        "jobs": jobs,
+        "drain_s": round(drain_s, 1),
+        "lost_attempts": lost,
+        "fires": len(fired),
+        "errors": dict(errors),
         "kills": [{k: v for k, v in kill.items() if k != "killed_at"} for kill in kills],
     }
     print(f"\ngroup replication, member SIGKILLed behind haproxy: {found}")

@@ -98,8 +98,15 @@ class Fleet:
 def fleet(database_url: str, tmp_path: Path) -> Iterator[Fleet]:
     ensure_ledger(database_url)
     started = Fleet(
-        database_url, tmp_path, workers=4, lease_ms=LEASE_MS, poll_ms=100, produce=False,
-        backoff_base_ms=100, backoff_max_ms=400, log_level="INFO",
+        database_url,
+        tmp_path,
+        workers=4,
+        lease_ms=LEASE_MS,
+        poll_ms=100,
+        produce=False,
+        backoff_base_ms=100,
+        backoff_max_ms=400,
+        log_level="INFO",
     )
     try:
         yield started
@@ -141,8 +148,12 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     started = time.monotonic()
     for _ in range(KILLS):
         # A random moment, while handlers are mid-run.
-        wait_until(lambda: bool(sql(database_url, "SELECT 1 FROM ledger WHERE outcome = 'running' LIMIT 1")),
-                   "a run in progress", 30, replace_the_dead)
+        wait_until(
+            lambda: bool(sql(database_url, "SELECT 1 FROM ledger WHERE outcome = 'running' LIMIT 1")),
+            "a run in progress",
+            30,
+            replace_the_dead,
+        )
         time.sleep(rng.uniform(0.05, 0.6))
         victims = fleet.alive()
         if victims:
@@ -178,7 +189,8 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     lost = collections.Counter(
         (job_id, h["worker_id"])
         for job_id, (_, _, history, _) in [*rows.items()]
-        for h in history if h["status"] == "lost"
+        for h in history
+        if h["status"] == "lost"
     )
     lost_crash = {k: v for k, v in cut_short.items() if k[0].startswith("crash")}
     cut_short_here = {k: v for k, v in cut_short.items() if k not in lost_crash}

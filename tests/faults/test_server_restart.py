@@ -77,8 +77,18 @@ async def test_a_run_survives_the_server_stopping_and_starting(server: LocalMysq
             started = time.monotonic()
             try:
                 async with asyncio.timeout(CALL_BOUND_S):
-                    await queue.enqueue(JobInput(id=job_id, space_id=1, action_id="a", environment="main",
-                                                 trigger="t", input={"n": n}, due_at=0, max_attempts=5))
+                    await queue.enqueue(
+                        JobInput(
+                            id=job_id,
+                            space_id=1,
+                            action_id="a",
+                            environment="main",
+                            trigger="t",
+                            input={"n": n},
+                            due_at=0,
+                            max_attempts=5,
+                        )
+                    )
                 produced.append(job_id)
                 n += 1
             except TimeoutError:
@@ -102,8 +112,14 @@ async def test_a_run_survives_the_server_stopping_and_starting(server: LocalMysq
             await asyncio.sleep(0.1)
 
     worker = create_job_worker(
-        queue=queue, handler=handler, workers=4, poll_ms=50, lease_ms=1_500, backoff_base_ms=100,
-        backoff_max_ms=500, on_error=worker_errors.append,
+        queue=queue,
+        handler=handler,
+        workers=4,
+        poll_ms=50,
+        lease_ms=1_500,
+        backoff_base_ms=100,
+        backoff_max_ms=500,
+        on_error=worker_errors.append,
     )
     worker.start()
     tasks = [asyncio.create_task(producer()), asyncio.create_task(sweeper())]
@@ -115,10 +131,20 @@ async def test_a_run_survives_the_server_stopping_and_starting(server: LocalMysq
         sweeping.clear()
         now = int((await queue.now()).timestamp() * 1000)
         fire_at = (now // MINUTE) * MINUTE - 2 * MINUTE
-        await queue.put_schedules(space_id=1, schedules=[ScheduleInput(
-            space_id=1, action_id="digest", cron="* * * * *", environment="main", enabled=True,
-            next_run_at=fire_at, max_attempts=3,
-        )])
+        await queue.put_schedules(
+            space_id=1,
+            schedules=[
+                ScheduleInput(
+                    space_id=1,
+                    action_id="digest",
+                    cron="* * * * *",
+                    environment="main",
+                    enabled=True,
+                    next_run_at=fire_at,
+                    max_attempts=3,
+                )
+            ],
+        )
         await kv.set("survives", "yes")
 
         # -- the outage --------------------------------------------------------------------------------------
@@ -126,11 +152,16 @@ async def test_a_run_survives_the_server_stopping_and_starting(server: LocalMysq
         await asyncio.to_thread(server.stop, keep_data=True)
         sweeping.set()
         errors_before = len(producer_errors)
-        await until(lambda: len(producer_errors) >= errors_before + 5 and len(sweep_errors) >= 2,
-                    "calls failing while the server is down")
+        await until(
+            lambda: len(producer_errors) >= errors_before + 5 and len(sweep_errors) >= 2,
+            "calls failing while the server is down",
+        )
         # Direct calls fail fast and clearly too.
-        for call in (lambda: queue.get_job([1], "job-00000"), lambda: kv.get("survives"),
-                     lambda: queue.claim(worker_id="probe", lease_ms=1_000, limit=1)):
+        for call in (
+            lambda: queue.get_job([1], "job-00000"),
+            lambda: kv.get("survives"),
+            lambda: queue.claim(worker_id="probe", lease_ms=1_000, limit=1),
+        ):
             started = time.monotonic()
             with pytest.raises(Exception) as raised:
                 async with asyncio.timeout(CALL_BOUND_S):

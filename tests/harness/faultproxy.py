@@ -155,8 +155,9 @@ class FaultProxy:
             asyncio.create_task(self._pump(link, up_reader, writer, upstream=False)),
         ]
 
-    async def _pump(self, link: _Link, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
-                    upstream: bool) -> None:
+    async def _pump(
+        self, link: _Link, source: asyncio.StreamReader, sink: asyncio.StreamWriter, upstream: bool
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
             while not link.closed:

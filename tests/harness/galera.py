@@ -74,7 +74,8 @@ def galera_missing_reason() -> str | None:
     if not missing:
         return None
     return (
-        "GALERA CLUSTER TESTS NOT RUN: missing " + "; ".join(missing)
+        "GALERA CLUSTER TESTS NOT RUN: missing "
+        + "; ".join(missing)
         + ". Install them with: apt-get install galera-4 rsync mariadb-server (CI's .ci/run does)."
     )
 
@@ -103,8 +104,10 @@ class GaleraNode:
 
     def write_config(self, library: str, cluster_address: str) -> Path:
         config = self.base / "my.cnf"
-        options = f"gmcast.listen_addr=tcp://127.0.0.1:{self.gmcast};ist.recv_addr=127.0.0.1:{self.ist};" \
-                  "gcache.size=64M;pc.recovery=false"
+        options = (
+            f"gmcast.listen_addr=tcp://127.0.0.1:{self.gmcast};ist.recv_addr=127.0.0.1:{self.ist};"
+            "gcache.size=64M;pc.recovery=false"
+        )
         config.write_text(
             "[mysqld]\n"
             f"datadir={self.datadir}\n"
@@ -132,7 +135,7 @@ class GaleraNode:
             "wsrep_cluster_name=plitzi_test\n"
             f"wsrep_node_name=node{self.index}\n"
             "wsrep_node_address=127.0.0.1\n"
-            f"wsrep_provider_options=\"{options}\"\n"
+            f'wsrep_provider_options="{options}"\n'
             "wsrep_sst_method=rsync\n"
             f"wsrep_sst_receive_address=127.0.0.1:{self.sst}\n"
             "wsrep_slave_threads=2\n"
@@ -145,7 +148,11 @@ class GaleraNode:
             args.append("--wsrep-new-cluster")
         with open(self.base / "stdout.log", "ab") as out:
             self.proc = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 cwd=self.base,
             )
 
@@ -232,7 +239,7 @@ class GaleraCluster:
                 base = self.root / f"node{i + 1}"
                 (base / "tmp").mkdir(parents=True)
                 (base / "data").mkdir()
-                self.nodes.append(GaleraNode(i + 1, base, *ports[4 * i: 4 * i + 4]))
+                self.nodes.append(GaleraNode(i + 1, base, *ports[4 * i : 4 * i + 4]))
             address = "gcomm://" + ",".join(f"127.0.0.1:{node.gmcast}" for node in self.nodes)
             for node in self.nodes:
                 node.write_config(self.library, address)
@@ -260,9 +267,19 @@ class GaleraCluster:
         log = node.base / "install.log"
         with open(log, "wb") as out:
             result = subprocess.run(
-                [tool, "--no-defaults", f"--datadir={node.datadir}", "--auth-root-authentication-method=normal",
-                 "--skip-test-db", f"--user={NODE_USER}"],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=300, check=False,
+                [
+                    tool,
+                    "--no-defaults",
+                    f"--datadir={node.datadir}",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    f"--user={NODE_USER}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=300,
+                check=False,
             )
         if result.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed ({result.returncode}):\n{log_tail(log)}")

@@ -46,8 +46,15 @@ def group_replication_missing_reason() -> str | None:
 
 
 def _connect(port: int, timeout: float = 5.0) -> pymysql.connections.Connection:
-    return pymysql.connect(host="127.0.0.1", port=port, user="root", password="", connect_timeout=timeout,
-                           read_timeout=120, autocommit=True)
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=port,
+        user="root",
+        password="",
+        connect_timeout=timeout,
+        read_timeout=120,
+        autocommit=True,
+    )
 
 
 def _run(port: int, *statements: str) -> list[tuple[object, ...]]:
@@ -231,4 +238,3 @@ class GroupReplicationCluster:
             finally:
                 node.stop()
         self.nodes = []
-

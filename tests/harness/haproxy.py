@@ -25,7 +25,8 @@ from plitzi_jobs_mysql.testing.host import free_port
 
 def haproxy_binary() -> str | None:
     return shutil.which("haproxy") or next(
-        (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if Path(p).exists()), None)
+        (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if Path(p).exists()), None
+    )
 
 
 class HaProxy:
@@ -43,15 +44,17 @@ class HaProxy:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.stop()
 
     def start(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="plitzi-haproxy-"))
         self.port = free_port()
-        servers = "\n".join(f"    server node{i + 1} 127.0.0.1:{port} check"
-                            for i, port in enumerate(self.backend_ports))
+        servers = "\n".join(
+            f"    server node{i + 1} 127.0.0.1:{port} check" for i, port in enumerate(self.backend_ports)
+        )
         config = self.dir / "haproxy.cfg"
         config.write_text(
             "global\n"
@@ -72,8 +75,13 @@ class HaProxy:
             f"{servers}\n"
         )
         with open(self.dir / "haproxy.log", "wb") as out:
-            self.proc = subprocess.Popen([self.binary, "-db", "-f", str(config)], stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [self.binary, "-db", "-f", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 10
         while True:
             if self.proc.poll() is not None:

@@ -155,7 +155,8 @@ class Kills(Fault):
 
     async def inject(self, soak: Any) -> None:
         conn = await asyncio.to_thread(
-            lambda: pymysql.connect(**parse_mysql_url(self.admin_url).pymysql_kwargs(), autocommit=True))
+            lambda: pymysql.connect(**parse_mysql_url(self.admin_url).pymysql_kwargs(), autocommit=True)
+        )
         try:
             while not await self.pause(self.rng.uniform(0.5, 1.5) * self.every_s):
                 await asyncio.to_thread(self._kill_one, conn)
@@ -166,16 +167,16 @@ class Kills(Fault):
         with conn.cursor() as cur:
             want_busy = self.rng.random() < 0.8
             for _ in range(20 if want_busy else 1):  # a statement in flight is a moment: look again for one
-                cur.execute("SELECT id, command FROM information_schema.processlist WHERE user = %s",
-                            (PACKAGE_USER,))
+                cur.execute("SELECT id, command FROM information_schema.processlist WHERE user = %s", (PACKAGE_USER,))
                 sessions = list(cur.fetchall())
                 busy = [s for s in sessions if s[1] != "Sleep"]
                 if busy:
                     break
             if not sessions:
                 return
-            target, busy_now = (self.rng.choice(busy), True) if busy and want_busy else (
-                self.rng.choice(sessions), False)
+            target, busy_now = (
+                (self.rng.choice(busy), True) if busy and want_busy else (self.rng.choice(sessions), False)
+            )
             what = "QUERY" if self.rng.random() < 0.5 else "CONNECTION"
             try:
                 cur.execute(f"KILL {what} %s", (int(target[0]),))
@@ -189,8 +190,9 @@ class Kills(Fault):
 class ReadOnly(Fault):
     name = "read-only windows"
 
-    def __init__(self, admin_url: str, *, window_s: float = 3.0, gap_s: float = 4.0, windows: int = 2,
-                 seed: int = 3) -> None:
+    def __init__(
+        self, admin_url: str, *, window_s: float = 3.0, gap_s: float = 4.0, windows: int = 2, seed: int = 3
+    ) -> None:
         super().__init__(seed=seed)
         self.admin_url = admin_url
         self.window_s = window_s
@@ -207,8 +209,10 @@ class ReadOnly(Fault):
     def verdict(self, soak: Any) -> list[str]:
         # With the default lease a window costs no second run: what could not be written in it is written after.
         if soak.lease_ms >= 30_000 and (soak.report["lost_attempts"] or soak.report["reruns"]):
-            return [f"read-only windows cost {soak.report['lost_attempts']} lost attempts and "
-                    f"{soak.report['reruns']} second runs with a {soak.lease_ms} ms lease"]
+            return [
+                f"read-only windows cost {soak.report['lost_attempts']} lost attempts and "
+                f"{soak.report['reruns']} second runs with a {soak.lease_ms} ms lease"
+            ]
         return []
 
     def _set(self, on: bool) -> None:

@@ -77,7 +77,10 @@ class ChrootMysqlServer(CrashableServer):
     def __init__(self, *, load_tz: bool = True, extra_args: tuple[str, ...] = (), **options: object) -> None:
         self.root = mysql_root()
         super().__init__(
-            str(self.root / MYSQLD.lstrip("/")), load_tz=False, extra_args=extra_args, **options  # type: ignore[arg-type]
+            str(self.root / MYSQLD.lstrip("/")),
+            load_tz=False,
+            extra_args=extra_args,
+            **options,  # type: ignore[arg-type]
         )
         self._is_mariadb = False
         self.load_root_tz = load_tz
@@ -108,13 +111,19 @@ class ChrootMysqlServer(CrashableServer):
     def _initialise(self) -> None:
         self.datadir.mkdir(parents=True, exist_ok=True)
         cmd = self.chroot_command(
-            [str(self.root / MYSQLD.lstrip("/")), "--no-defaults", "--initialize-insecure",
-             f"--datadir={self.datadir}", "--user=root"]
+            [
+                str(self.root / MYSQLD.lstrip("/")),
+                "--no-defaults",
+                "--initialize-insecure",
+                f"--datadir={self.datadir}",
+                "--user=root",
+            ]
         )
         log_path = self.base_dir / "initialise.log"
         with open(log_path, "wb") as log:
-            result = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=300,
-                                    check=False)
+            result = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=300, check=False
+            )
         if result.returncode != 0:
             raise RuntimeError(f"mysqld --initialize-insecure failed ({result.returncode}):\n{log_tail(log_path)}")
 
@@ -123,10 +132,16 @@ class ChrootMysqlServer(CrashableServer):
         started = time.monotonic()
         script = subprocess.run(
             ["chroot", str(self.root), "mysql_tzinfo_to_sql", "/usr/share/zoneinfo"],
-            capture_output=True, stdin=subprocess.DEVNULL, timeout=120, check=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+            check=True,
         ).stdout
         subprocess.run(
             ["chroot", str(self.root), "mysql", "--protocol=TCP", "-h127.0.0.1", f"-P{self.port}", "-uroot", "mysql"],
-            input=script, capture_output=True, timeout=300, check=True,
+            input=script,
+            capture_output=True,
+            timeout=300,
+            check=True,
         )
         server_module.logger.info("MySQL zone tables loaded in %.1f s", time.monotonic() - started)

@@ -75,8 +75,13 @@ LOG_LINES_PER_FAULT = 4
 LOG_LINES_FIXED = 40
 LOG_LINES_PER_DOWN_S = 10
 #: What the runtime lets escape, as opposed to what it logs and survives.
-ESCAPE_MARKERS = ("Task exception was never retrieved", "Exception in callback", "the replica failed",
-                  "Unhandled exception", "was never awaited")
+ESCAPE_MARKERS = (
+    "Task exception was never retrieved",
+    "Exception in callback",
+    "the replica failed",
+    "Unhandled exception",
+    "was never awaited",
+)
 
 # What a job's input asks its handler to do, and the status the rules then give the job.
 KINDS = [
@@ -151,19 +156,37 @@ class Soak:
     # -- the processes ----------------------------------------------------------------------------------------
 
     def start_processes(self) -> None:
-        common = {"log_level": "INFO", "backoff_base_ms": 200, "backoff_max_ms": 1_000, "max_attempts": 3,
-                  "ledger_url": self.url if self.package_url else None}
+        common = {
+            "log_level": "INFO",
+            "backoff_base_ms": 200,
+            "backoff_max_ms": 1_000,
+            "max_attempts": 3,
+            "ledger_url": self.url if self.package_url else None,
+        }
         for n in range(self.workers):
             name = f"worker-{n + 1}"
             self.procs[name] = spawn_replica(
-                self.package, log_path=self.logs / f"{name}.log", worker_id=name, workers=self.slots,
-                produce=False, kv=True, lease_ms=self.lease_ms, poll_ms=200, **common,
+                self.package,
+                log_path=self.logs / f"{name}.log",
+                worker_id=name,
+                workers=self.slots,
+                produce=False,
+                kv=True,
+                lease_ms=self.lease_ms,
+                poll_ms=200,
+                **common,
             )
         for n in range(self.schedulers):
             name = f"scheduler-{n + 1}"
             self.procs[name] = spawn_replica(
-                self.package, log_path=self.logs / f"{name}.log", worker_id=name, workers=0, produce=True,
-                schedule_poll_ms=500, spaces=list(SPACES), schedule={"tick": "* * * * *", "tock": "*/2 * * * *"},
+                self.package,
+                log_path=self.logs / f"{name}.log",
+                worker_id=name,
+                workers=0,
+                produce=True,
+                schedule_poll_ms=500,
+                spaces=list(SPACES),
+                schedule={"tick": "* * * * *", "tock": "*/2 * * * *"},
                 **common,
             )
 
@@ -198,11 +221,23 @@ class Soak:
                 spec, expect, _ = rng.choices(KINDS, weights)[0]
                 job_id = f"p{producer}-{next(counter):06d}"
                 # Under a fault, short runs: the point is many claims and settles crossing the faults.
-                data = {**spec, "sleep_ms": rng.choice([0, 10, 50, 200, 600] if self.fault is None else
-                                                       [0, 0, 5, 20, 50])}
-                batch.append(JobInput(id=job_id, space_id=rng.choice(SPACES), action_id=f"act-{rng.randint(1, 5)}",
-                                      environment="main", trigger="manual", input=data, due_at=0,
-                                      max_attempts=3, key=f"k{rng.randint(1, 3)}"))
+                data = {
+                    **spec,
+                    "sleep_ms": rng.choice([0, 10, 50, 200, 600] if self.fault is None else [0, 0, 5, 20, 50]),
+                }
+                batch.append(
+                    JobInput(
+                        id=job_id,
+                        space_id=rng.choice(SPACES),
+                        action_id=f"act-{rng.randint(1, 5)}",
+                        environment="main",
+                        trigger="manual",
+                        input=data,
+                        due_at=0,
+                        max_attempts=3,
+                        key=f"k{rng.randint(1, 3)}",
+                    )
+                )
                 self.expected[job_id] = expect
                 self.specs[job_id] = spec
             if self.fault is None:
@@ -239,8 +274,11 @@ class Soak:
                 self.retried_batches.update(job.id for job in batch)
                 await asyncio.sleep(0.05)
                 continue
-            stray = [job.id for job, created in zip(batch, answers, strict=True)
-                     if not created and job.id not in self.retried_batches]
+            stray = [
+                job.id
+                for job, created in zip(batch, answers, strict=True)
+                if not created and job.id not in self.retried_batches
+            ]
             if stray:
                 self.errors.append(f"producer {producer}: fresh ids not created on a first try: {stray}")
             return
@@ -270,8 +308,7 @@ class Soak:
         while time.monotonic() < until and not self.produced_enough():
             self.sample_rss()
             counts = await status_counts(queue)
-            rss = " ".join(f"{n.split('-')[0][0]}{n.split('-')[1]}={v[-1] // 1024}M" for n, v in self.rss.items()
-                           if v)
+            rss = " ".join(f"{n.split('-')[0][0]}{n.split('-')[1]}={v[-1] // 1024}M" for n, v in self.rss.items() if v)
             self.say(f"t={time.monotonic() - started:5.0f}s jobs={sum(counts.values())} {dict(counts)} rss {rss}")
             for _ in range(int(min(5.0, max(0.5, until - time.monotonic())) / 0.25)):
                 if self.produced_enough():
@@ -284,23 +321,33 @@ class Soak:
         each by itself, with nothing restarted."""
         ended = await queue.now()
         self.fault_ended_at = ended.replace(tzinfo=None)
-        self.report["fault"] = {"name": self.fault.name, "injected": dict(self.fault.injected),
-                                "client_errors": dict(self.client_errors)}
-        snapshot = {row[0]: (row[1], row[2]) for row in await asyncio.to_thread(
-            self.fetch, "SELECT id, attempts, worker_id FROM action_jobs WHERE status = 'running'")}
+        self.report["fault"] = {
+            "name": self.fault.name,
+            "injected": dict(self.fault.injected),
+            "client_errors": dict(self.client_errors),
+        }
+        snapshot = {
+            row[0]: (row[1], row[2])
+            for row in await asyncio.to_thread(
+                self.fetch, "SELECT id, attempts, worker_id FROM action_jobs WHERE status = 'running'"
+            )
+        }
         started = time.monotonic()
         bound = self.lease_ms / 1000 + ORPHAN_SLACK_S
         slowest = 0.0
         while snapshot:
             rows = await asyncio.to_thread(
-                self.fetch, "SELECT id, attempts, worker_id, status FROM action_jobs WHERE id IN %s", (list(snapshot),))
+                self.fetch, "SELECT id, attempts, worker_id, status FROM action_jobs WHERE id IN %s", (list(snapshot),)
+            )
             still = {r[0] for r in rows if r[3] == "running" and (r[1], r[2]) == snapshot[r[0]]}
             slowest = time.monotonic() - started
             snapshot = {k: v for k, v in snapshot.items() if k in still}
             if snapshot and slowest > bound:
-                self.errors.append(f"{len(snapshot)} jobs running when the fault ended were not taken over or "
-                                   f"finished within one lease ({self.lease_ms} ms + {ORPHAN_SLACK_S} s), e.g. "
-                                   f"{sorted(snapshot)[:3]}")
+                self.errors.append(
+                    f"{len(snapshot)} jobs running when the fault ended were not taken over or "
+                    f"finished within one lease ({self.lease_ms} ms + {ORPHAN_SLACK_S} s), e.g. "
+                    f"{sorted(snapshot)[:3]}"
+                )
                 break
             await asyncio.sleep(0.1)
         self.report["fault"]["running_at_end_settled_within_s"] = round(slowest, 1)
@@ -308,21 +355,42 @@ class Soak:
         probes = []
         for n in range(self.workers * self.slots * 4):
             job_id = f"recovery-{n:04d}"
-            probes.append(JobInput(id=job_id, space_id=SPACES[0], action_id="recovery", environment="main",
-                                   trigger="manual", input={"sleep_ms": 300}, due_at=0, max_attempts=3))
+            probes.append(
+                JobInput(
+                    id=job_id,
+                    space_id=SPACES[0],
+                    action_id="recovery",
+                    environment="main",
+                    trigger="manual",
+                    input={"sleep_ms": 300},
+                    due_at=0,
+                    max_attempts=3,
+                )
+            )
             self.expected[job_id] = "succeeded"
             self.specs[job_id] = {}
         await queue.enqueue_many(probes)
         if self.schedulers:
             now = int(ended.timestamp() * 1000)
-            await queue.put_schedules(space_id=PROBE_SPACE, schedules=[ScheduleInput(
-                space_id=PROBE_SPACE, action_id="recovery", cron="0 0 1 1 *", environment="main", enabled=True,
-                next_run_at=now - 60_000, max_attempts=3)])
+            await queue.put_schedules(
+                space_id=PROBE_SPACE,
+                schedules=[
+                    ScheduleInput(
+                        space_id=PROBE_SPACE,
+                        action_id="recovery",
+                        cron="0 0 1 1 *",
+                        environment="main",
+                        enabled=True,
+                        next_run_at=now - 60_000,
+                        max_attempts=3,
+                    )
+                ],
+            )
             asked = time.monotonic()
             deadline = asked + 30
             while not await asyncio.to_thread(
-                    self.fetch, "SELECT 1 FROM action_jobs WHERE space_id = %s AND `trigger` = 'schedule'",
-                    (PROBE_SPACE,)):
+                self.fetch, "SELECT 1 FROM action_jobs WHERE space_id = %s AND `trigger` = 'schedule'", (PROBE_SPACE,)
+            ):
                 if time.monotonic() > deadline:
                     self.errors.append("no scheduler swept a due schedule within 30 s after the fault ended")
                     break
@@ -345,7 +413,10 @@ class Soak:
         package_pool = pool
         if self.package_url:
             package_pool = await aiomysql.create_pool(
-                **parse_mysql_url(self.package_url).aiomysql_kwargs(), minsize=1, maxsize=4, autocommit=True,
+                **parse_mysql_url(self.package_url).aiomysql_kwargs(),
+                minsize=1,
+                maxsize=4,
+                autocommit=True,
                 connect_timeout=5,
             )
         try:
@@ -354,14 +425,18 @@ class Soak:
             producing_queue = create_mysql_job_queue(package_pool) if package_pool is not pool else queue
             self.start_processes()
             what = f"{self.target_jobs} jobs, at most " if self.target_jobs else ""
-            self.say(f"{self.workers} workers x {self.slots} slots, {self.schedulers} schedulers, {self.producers} "
-                     f"producers{', operator' if self.operator else ''}; {what}{self.seconds:.0f} s against "
-                     f"{parse_mysql_url(self.url)}" + (f"; fault: {self.fault.name}" if self.fault else ""))
+            self.say(
+                f"{self.workers} workers x {self.slots} slots, {self.schedulers} schedulers, {self.producers} "
+                f"producers{', operator' if self.operator else ''}; {what}{self.seconds:.0f} s against "
+                f"{parse_mysql_url(self.url)}" + (f"; fault: {self.fault.name}" if self.fault else "")
+            )
             started = time.monotonic()
             until = started + self.seconds
             counter = itertools.count()
-            loads = [*(self.produce(producing_queue, p, until, counter) for p in range(self.producers)),
-                     self.progress(queue, until)]
+            loads = [
+                *(self.produce(producing_queue, p, until, counter) for p in range(self.producers)),
+                self.progress(queue, until),
+            ]
             if self.operator:
                 loads.append(self.operate(queue, until))
             fault_task = asyncio.create_task(self.fault.inject(self)) if self.fault else None
@@ -409,8 +484,10 @@ class Soak:
         conn = pymysql.connect(**parse_mysql_url(self.url).pymysql_kwargs(), autocommit=True)
         try:
             with conn.cursor() as cur:
-                cur.execute("SELECT id, status, attempts, max_attempts, history, `trigger`, space_id, action_id, "
-                            "due_at, missed FROM action_jobs")
+                cur.execute(
+                    "SELECT id, status, attempts, max_attempts, history, `trigger`, space_id, action_id, "
+                    "due_at, missed FROM action_jobs"
+                )
                 rows = cur.fetchall()
         finally:
             conn.close()
@@ -463,8 +540,9 @@ class Soak:
         reruns = [k for k, v in runs.items() if [r.outcome for r in v].count("succeeded") > 1]
         unexplained = [k for k in reruns if k not in lost and k not in self.requeued]
         if unexplained:
-            self.errors.append(f"{len(unexplained)} jobs ran to success twice with no lost attempt or requeue, e.g. "
-                               f"{unexplained[:3]}")
+            self.errors.append(
+                f"{len(unexplained)} jobs ran to success twice with no lost attempt or requeue, e.g. {unexplained[:3]}"
+            )
         # None ran twice at once, and every run came to an end.
         overlaps, unfinished = [], [r for r in ledger if r.ended_at is None]
         for job_id, job_runs in runs.items():
@@ -511,8 +589,9 @@ class Soak:
             injected = sum(self.fault.injected.values())
             # A failing call is logged once per try, and the worker tries a claim every poll (200 ms here): a store
             # down for everyone costs lines in proportion to how long, never a hot loop.
-            budget = int(LOG_LINES_PER_FAULT * injected + LOG_LINES_PER_DOWN_S * self.fault.down_seconds()
-                         + LOG_LINES_FIXED)
+            budget = int(
+                LOG_LINES_PER_FAULT * injected + LOG_LINES_PER_DOWN_S * self.fault.down_seconds() + LOG_LINES_FIXED
+            )
             for log in sorted(self.logs.glob("*.log")):
                 text = log.read_text(errors="replace")
                 escaped = [m for m in ESCAPE_MARKERS if m in text]
@@ -525,8 +604,9 @@ class Soak:
                     if (" ERROR " in line or " WARNING " in line) and ASKED_FAILURE not in line
                 )
                 if logged[log.stem] > budget:
-                    self.errors.append(f"{log.name}: {logged[log.stem]} error/warning lines for {injected} faults "
-                                       f"(budget {budget})")
+                    self.errors.append(
+                        f"{log.name}: {logged[log.stem]} error/warning lines for {injected} faults (budget {budget})"
+                    )
             # Each worker process ran work handed out after the fault, by itself.
             recovered = {r.worker_id for r in ledger if r.job_id.startswith("recovery-")}
             idle = {n for n in self.procs if n.startswith("worker-")} - recovered
@@ -538,19 +618,28 @@ class Soak:
             if len(samples) < 4:
                 continue
             third = max(1, len(samples) // 3)
-            early, late = statistics.median(samples[1:third + 1]), statistics.median(samples[-third:])
+            early, late = statistics.median(samples[1 : third + 1]), statistics.median(samples[-third:])
             growth[name] = (int(early) // 1024, int(late) // 1024)
             if late > early * RSS_SLACK_RATIO and late - early > RSS_SLACK_KB:
                 self.errors.append(f"{name}'s memory grew from {early // 1024:.0f} MB to {late // 1024:.0f} MB")
-        self.report.update({
-            "jobs": len(self.expected), "outcomes": dict(outcomes), "runs": len(ledger),
-            "cancel_accepted": len(self.cancelled), "requeued": sum(self.requeued.values()),
-            "schedule_fires": sum(len(v) for v in fires.values()), "rss_mb_first_last": growth,
-            "lost_attempts": sum(sum(1 for h in json.loads(jobs[k][4]) if h["status"] == "lost") for k in lost),
-            "reruns": len(reruns), "logged_errors": logged, "tracebacks_logged": tracebacks,
-        })
+        self.report.update(
+            {
+                "jobs": len(self.expected),
+                "outcomes": dict(outcomes),
+                "runs": len(ledger),
+                "cancel_accepted": len(self.cancelled),
+                "requeued": sum(self.requeued.values()),
+                "schedule_fires": sum(len(v) for v in fires.values()),
+                "rss_mb_first_last": growth,
+                "lost_attempts": sum(sum(1 for h in json.loads(jobs[k][4]) if h["status"] == "lost") for k in lost),
+                "reruns": len(reruns),
+                "logged_errors": logged,
+                "tracebacks_logged": tracebacks,
+            }
+        )
         if self.fault is not None:
             self.errors.extend(self.fault.verdict(self))
+
 
 def fault_error(error: BaseException) -> bool:
     """An error a caller may see while the line or the server is faulty: a MySQL error (lost connection, killed
@@ -625,7 +714,8 @@ def group_replication_soak(jobs: int) -> int:
     from .haproxy import haproxy_binary
 
     reason = group_replication_missing_reason() or (
-        None if haproxy_binary() else "haproxy is missing (apt-get install haproxy)")
+        None if haproxy_binary() else "haproxy is missing (apt-get install haproxy)"
+    )
     if reason is not None:
         raise SystemExit(reason)
     with GroupReplicationCluster() as cluster:
@@ -655,15 +745,21 @@ def make_fault(name: str, url: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.harness.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=120.0, help="how long the load runs (default 120)")
-    parser.add_argument("--url", default=os.environ.get("PLITZI_MYSQL_URL"),
-                        help="a database or server URL (default $PLITZI_MYSQL_URL, else a throwaway server)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("PLITZI_MYSQL_URL"),
+        help="a database or server URL (default $PLITZI_MYSQL_URL, else a throwaway server)",
+    )
     parser.add_argument("--logs", default=None, help="keep the processes' logs in this directory")
-    parser.add_argument("--fault", choices=("proxy", "kill", "read-only", "silent", "galera", "group-replication"),
-                        default=None,
-                        help="run 2 workers, a scheduler and a producer through a fault (tests/harness/injectors.py), "
-                             "on a throwaway server only; --seconds is then the ceiling. 'galera': the HAProxy "
-                             "drill of tests/faults/test_galera_haproxy.py with three node losses; "
-                             "'group-replication': tests/faults/test_group_replication.py's, three member losses")
+    parser.add_argument(
+        "--fault",
+        choices=("proxy", "kill", "read-only", "silent", "galera", "group-replication"),
+        default=None,
+        help="run 2 workers, a scheduler and a producer through a fault (tests/harness/injectors.py), "
+        "on a throwaway server only; --seconds is then the ceiling. 'galera': the HAProxy "
+        "drill of tests/faults/test_galera_haproxy.py with three node losses; "
+        "'group-replication': tests/faults/test_group_replication.py's, three member losses",
+    )
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs a --fault run produces (default 10000)")
     args = parser.parse_args(argv)
     logs = Path(args.logs) if args.logs else None
@@ -675,13 +771,21 @@ def main(argv: list[str] | None = None) -> int:
         return group_replication_soak(args.jobs)
     if args.fault is not None:
         if args.url:
-            raise SystemExit("--fault changes global settings and kills sessions: only on a throwaway server, "
-                             "so it takes no --url")
+            raise SystemExit(
+                "--fault changes global settings and kills sessions: only on a throwaway server, so it takes no --url"
+            )
         # Read-only windows against the default lease (30 s): a 3 s window must cost no second run.
         lease = {"lease_ms": 30_000} if args.fault == "read-only" else {}
         with LocalMysqlServer(load_tz=False) as server, fresh_database(server.url, "pjm_fault") as url:
-            soak = run_soak(url, max(args.seconds, 600.0), logs, fault=make_fault(args.fault, url),
-                            target_jobs=args.jobs, **FAULT_DEPLOYMENT, **lease)
+            soak = run_soak(
+                url,
+                max(args.seconds, 600.0),
+                logs,
+                fault=make_fault(args.fault, url),
+                target_jobs=args.jobs,
+                **FAULT_DEPLOYMENT,
+                **lease,
+            )
         return 0 if not soak.errors else 1
     with soak_database(args.url) as url:
         soak = run_soak(url, args.seconds, logs)

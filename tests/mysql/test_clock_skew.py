@@ -83,8 +83,14 @@ async def until(probe: Callable[[], Awaitable[Any]], what: str, within_s: float 
 
 
 def job(id: str, due_at: int, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {"space_id": 1, "action_id": "a", "environment": "main", "trigger": "t", "input": {},
-                              "max_attempts": 3}
+    values: dict[str, Any] = {
+        "space_id": 1,
+        "action_id": "a",
+        "environment": "main",
+        "trigger": "t",
+        "input": {},
+        "max_attempts": 3,
+    }
     values.update(fields)
     return JobInput(id=id, due_at=due_at, **values)
 
@@ -150,8 +156,10 @@ async def test_scheduler_and_worker_fire_and_run_by_the_servers_clock(skewed: tu
 
     class Lookups:
         async def list_actions(self, space_id: int) -> list[ActionEntry]:
-            return [ActionEntry(id="every-minute", schedule=ScheduleTrigger(cron="* * * * *")),
-                    ActionEntry(id="hourly", schedule=ScheduleTrigger(cron="0 * * * *", timezone="Asia/Kolkata"))]
+            return [
+                ActionEntry(id="every-minute", schedule=ScheduleTrigger(cron="* * * * *")),
+                ActionEntry(id="hourly", schedule=ScheduleTrigger(cron="0 * * * *", timezone="Asia/Kolkata")),
+            ]
 
     scheduler = create_scheduler(queue=queue, lookups=Lookups(), spaces=[1])
     await scheduler.reconcile(1)
@@ -167,14 +175,20 @@ async def test_scheduler_and_worker_fire_and_run_by_the_servers_clock(skewed: tu
     # An overdue fire, by the server: 3 minutes late. It becomes one job with 3 missed, and the next fire is the
     # server's next minute.
     overdue = (server // minute) * minute - 3 * minute
-    await queue.put_schedules(space_id=1, schedules=[
-        s if s.action_id != "every-minute" else _with(s, next_run_at=overdue, enabled=False)
-        for s in await _inputs(queue)
-    ])
-    await queue.put_schedules(space_id=1, schedules=[
-        s if s.action_id != "every-minute" else _with(s, next_run_at=overdue, enabled=True)
-        for s in await _inputs(queue)
-    ])
+    await queue.put_schedules(
+        space_id=1,
+        schedules=[
+            s if s.action_id != "every-minute" else _with(s, next_run_at=overdue, enabled=False)
+            for s in await _inputs(queue)
+        ],
+    )
+    await queue.put_schedules(
+        space_id=1,
+        schedules=[
+            s if s.action_id != "every-minute" else _with(s, next_run_at=overdue, enabled=True)
+            for s in await _inputs(queue)
+        ],
+    )
     result = await scheduler.sweep()
     assert result.enqueued == [schedule_job_id(1, "every-minute", overdue)]
     [missed] = result.missed
@@ -211,8 +225,16 @@ async def _inputs(queue: Any) -> list[Any]:
     from plitzi_jobs_mysql import ScheduleInput
 
     return [
-        ScheduleInput(space_id=s.space_id, action_id=s.action_id, cron=s.cron, environment=s.environment,
-                      enabled=s.enabled, next_run_at=s.next_run_at, max_attempts=s.max_attempts, timezone=s.timezone)
+        ScheduleInput(
+            space_id=s.space_id,
+            action_id=s.action_id,
+            cron=s.cron,
+            environment=s.environment,
+            enabled=s.enabled,
+            next_run_at=s.next_run_at,
+            max_attempts=s.max_attempts,
+            timezone=s.timezone,
+        )
         for s in await queue.list_schedules([1])
     ]
 
@@ -235,8 +257,14 @@ def test_no_module_reads_the_wall_clock_behind_the_servers_back() -> None:
             continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#", 1)[0]
-            if any(call in code for call in (".now(", "utcnow(", "today(", "time.time(", "time.time_ns(",
-                                             "localtime(", "gmtime(")) and "queue.now(" not in code \
-                    and "self.now(" not in code and "clock.now(" not in code:
+            if (
+                any(
+                    call in code
+                    for call in (".now(", "utcnow(", "today(", "time.time(", "time.time_ns(", "localtime(", "gmtime(")
+                )
+                and "queue.now(" not in code
+                and "self.now(" not in code
+                and "clock.now(" not in code
+            ):
                 offenders.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
     assert offenders == [], "\n".join(offenders)

@@ -41,8 +41,10 @@ NO_REAPER = {"TESTCONTAINERS_RYUK_DISABLED": "true"}
 
 def missing_reason() -> str | None:
     if not docker_available():
-        return ("CONTAINER PATH NOT RUN: no Docker daemon answers (scripts/dockerd.sh starts one with --bridge=none "
-                "--iptables=false; .ci/run does, after installing docker.io)")
+        return (
+            "CONTAINER PATH NOT RUN: no Docker daemon answers (scripts/dockerd.sh starts one with --bridge=none "
+            "--iptables=false; .ci/run does, after installing docker.io)"
+        )
     reason = mysql_root_missing_reason()
     return None if reason is None else reason.replace("MYSQL 9.7 TESTS", "CONTAINER PATH")
 
@@ -120,7 +122,7 @@ class TestContainerKv(KvContract):
         yield create_mysql_kv(plitzi_mysql_pool)
 
 
-USERS_SUITE = '''
+USERS_SUITE = """
 import pytest_asyncio
 
 from plitzi_jobs_mysql import create_mysql_job_queue, create_mysql_kv
@@ -137,7 +139,7 @@ class TestMysqlKv(KvContract):
     @pytest_asyncio.fixture
     async def kv(self, plitzi_mysql_pool):
         yield create_mysql_kv(plitzi_mysql_pool)
-'''
+"""
 
 
 def test_a_users_suite_runs_through_the_plugins_container(image: str, tmp_path: Path) -> None:
@@ -147,7 +149,12 @@ def test_a_users_suite_runs_through_the_plugins_container(image: str, tmp_path: 
     with container_environment(image) as env:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", "test_users_store.py"],
-            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=280, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=280,
+            stdin=subprocess.DEVNULL,
         )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "skipped" not in result.stdout.splitlines()[-1], result.stdout[-500:]

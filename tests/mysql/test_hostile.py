@@ -67,8 +67,13 @@ EMOJI = "😀"  # four bytes of UTF-8
 
 def job(id: str, **fields: Any) -> JobInput:
     values: dict[str, Any] = {
-        "space_id": 1, "action_id": "action", "environment": "main", "trigger": "manual", "input": {},
-        "due_at": 0, "max_attempts": 3,
+        "space_id": 1,
+        "action_id": "action",
+        "environment": "main",
+        "trigger": "manual",
+        "input": {},
+        "due_at": 0,
+        "max_attempts": 3,
     }
     values.update(fields)
     return JobInput(id=id, **values)
@@ -103,7 +108,9 @@ class Stores:
                 conn.close()
         page = await self.queue.list_jobs(space_ids=[1, 2], limit=10_000)
         return (
-            page.total, sorted(map(repr, page.jobs)), await self.queue.list_schedules([1, 2]),
+            page.total,
+            sorted(map(repr, page.jobs)),
+            await self.queue.list_schedules([1, 2]),
             [await self.kv.get(k) for k in self.kv_keys],
         )
 
@@ -161,13 +168,22 @@ async def test_hostile_text_round_trips_through_the_whole_life_of_a_job(stores: 
         assert await queue.cancel([1], job_id) is True
         assert await queue.heartbeat(job_ids=[job_id], worker_id=other, lease_ms=60_000) == [job_id]
         await queue.settle(
-            job_id=job_id, worker_id=other, status="failed", run_id=h, error=h,
+            job_id=job_id,
+            worker_id=other,
+            status="failed",
+            run_id=h,
+            error=h,
             attempt=AttemptOutcome(status="cancelled", worker_id=other, run_id=h, error=h),
         )
         found = await queue.get_job([1], job_id)
         assert found is not None
         assert (found.id, found.action_id, found.environment, found.trigger, found.key, found.input) == (
-            job_id, h, h, h, h, data,
+            job_id,
+            h,
+            h,
+            h,
+            h,
+            data,
         )
         assert (found.status, found.run_id, found.error, found.worker_id) == ("failed", h, h, other)
         assert [(a.attempt, a.status, a.worker_id, a.run_id, a.error) for a in found.history] == [
@@ -260,13 +276,21 @@ async def test_every_bounded_field_holds_its_limit_in_four_byte_characters(store
     assert claimed.worker_id == longest
     assert await queue.heartbeat(job_ids=["j"], worker_id=longest, lease_ms=60_000) == []
     await queue.settle(
-        job_id="j", worker_id=longest, status="dead", run_id=longest, error=error,
+        job_id="j",
+        worker_id=longest,
+        status="dead",
+        run_id=longest,
+        error=error,
         attempt=AttemptOutcome(status="failed", worker_id=longest, run_id=longest, error=error),
     )
     found = await queue.get_job([1], "j")
     assert found is not None
     assert (found.environment, found.trigger, found.worker_id, found.run_id, found.error) == (
-        name, name, longest, longest, error,
+        name,
+        name,
+        longest,
+        longest,
+        error,
     )
     assert found.history[0].worker_id == longest and found.history[0].error == error
     assert found.history[0].run_id == longest
@@ -289,19 +313,38 @@ async def test_every_bounded_field_holds_its_limit_in_four_byte_characters(store
         pytest.param(lambda q: q.claim(worker_id=EMOJI * 192, lease_ms=1_000, limit=1), id="claim-worker"),
         pytest.param(lambda q: q.heartbeat(job_ids=["j"], worker_id=EMOJI * 192, lease_ms=1), id="beat-worker"),
         pytest.param(lambda q: q.heartbeat(job_ids=[EMOJI * 192], worker_id="w", lease_ms=1), id="beat-id"),
-        pytest.param(lambda q: q.settle(job_id="j", worker_id="w", status="failed", error="x" * 65_536),
-                     id="settle-error"),
-        pytest.param(lambda q: q.settle(job_id="j", worker_id="w", status="failed", run_id=EMOJI * 192),
-                     id="settle-run"),
-        pytest.param(lambda q: q.settle(job_id="j", worker_id="w", status="failed", error="\ud800"),
-                     id="settle-surrogate"),
-        pytest.param(lambda q: q.settle(job_id="j", worker_id="w", status="failed", attempt=AttemptOutcome(
-            status="failed", worker_id="w", error=EMOJI * 65_536)), id="settle-attempt-error"),
-        pytest.param(lambda q: q.settle(job_id="j", worker_id="w", status="failed", attempt=AttemptOutcome(
-            status="failed", worker_id=EMOJI * 192)), id="settle-attempt-worker"),
+        pytest.param(
+            lambda q: q.settle(job_id="j", worker_id="w", status="failed", error="x" * 65_536), id="settle-error"
+        ),
+        pytest.param(
+            lambda q: q.settle(job_id="j", worker_id="w", status="failed", run_id=EMOJI * 192), id="settle-run"
+        ),
+        pytest.param(
+            lambda q: q.settle(job_id="j", worker_id="w", status="failed", error="\ud800"), id="settle-surrogate"
+        ),
+        pytest.param(
+            lambda q: q.settle(
+                job_id="j",
+                worker_id="w",
+                status="failed",
+                attempt=AttemptOutcome(status="failed", worker_id="w", error=EMOJI * 65_536),
+            ),
+            id="settle-attempt-error",
+        ),
+        pytest.param(
+            lambda q: q.settle(
+                job_id="j",
+                worker_id="w",
+                status="failed",
+                attempt=AttemptOutcome(status="failed", worker_id=EMOJI * 192),
+            ),
+            id="settle-attempt-worker",
+        ),
         pytest.param(lambda q: q.settle(job_id="j", worker_id="w", status="succeeded'; --"), id="settle-status"),
-        pytest.param(lambda q: q.advance_schedule(space_id=1, action_id=EMOJI * 192, from_at=1_000, to_at=2_000,
-                                                  missed=0), id="advance-action"),
+        pytest.param(
+            lambda q: q.advance_schedule(space_id=1, action_id=EMOJI * 192, from_at=1_000, to_at=2_000, missed=0),
+            id="advance-action",
+        ),
         pytest.param(lambda q: q.cancel_pending(space_id=1, key=EMOJI * 192), id="cancel-key"),
         pytest.param(lambda q: q.cancel_pending(space_id=1, key="k", older_than=EMOJI * 192), id="cancel-older"),
         pytest.param(lambda q: q.list_jobs(space_ids=[1], action_id=EMOJI * 192), id="list-action"),
@@ -311,14 +354,20 @@ async def test_every_bounded_field_holds_its_limit_in_four_byte_characters(store
         pytest.param(lambda q: q.cancel([1], EMOJI * 192), id="cancel-id"),
         pytest.param(lambda q: q.enqueue(job("x", environment=EMOJI * 65)), id="enqueue-environment"),
         pytest.param(lambda q: q.enqueue(job("x", trigger=EMOJI * 65)), id="enqueue-trigger"),
-        pytest.param(lambda q: q.enqueue(job("x", input={"s": EMOJI * (4 * 1024 * 1024)})),
-                     id="enqueue-input-bytes-not-chars"),
-        pytest.param(lambda q: q.enqueue_many([job("x"), job("y", input={"s": EMOJI * (4 * 1024 * 1024)})]),
-                     id="enqueue-many-input-bytes"),
-        pytest.param(lambda q: q.put_schedules(space_id=1, schedules=[sched("ok"), sched(EMOJI * 192)]),
-                     id="schedule-action"),
-        pytest.param(lambda q: q.put_schedules(space_id=1, schedules=[sched("ok"), sched("x", environment="e" * 65)]),
-                     id="schedule-environment"),
+        pytest.param(
+            lambda q: q.enqueue(job("x", input={"s": EMOJI * (4 * 1024 * 1024)})), id="enqueue-input-bytes-not-chars"
+        ),
+        pytest.param(
+            lambda q: q.enqueue_many([job("x"), job("y", input={"s": EMOJI * (4 * 1024 * 1024)})]),
+            id="enqueue-many-input-bytes",
+        ),
+        pytest.param(
+            lambda q: q.put_schedules(space_id=1, schedules=[sched("ok"), sched(EMOJI * 192)]), id="schedule-action"
+        ),
+        pytest.param(
+            lambda q: q.put_schedules(space_id=1, schedules=[sched("ok"), sched("x", environment="e" * 65)]),
+            id="schedule-environment",
+        ),
     ],
 )
 async def test_past_a_bound_is_a_clear_error_and_writes_nothing(
@@ -405,8 +454,10 @@ def nested(depth: int) -> dict[str, Any]:
 )
 async def test_an_input_json_cannot_hold_is_refused_with_a_clear_error(stores: Stores, data: Any) -> None:
     before = await stores.snapshot()
-    for call in (lambda: stores.queue.enqueue(job("x", input=data)),
-                 lambda: stores.queue.enqueue_many([job("ok"), job("x", input=data)])):
+    for call in (
+        lambda: stores.queue.enqueue(job("x", input=data)),
+        lambda: stores.queue.enqueue_many([job("ok"), job("x", input=data)]),
+    ):
         with pytest.raises((TypeError, ValueError)) as raised:
             await call()
         assert "input" in str(raised.value), raised.value
@@ -432,13 +483,40 @@ async def test_a_deep_but_finite_input_round_trips(stores: Stores) -> None:
 # -- invalid cron and zones ------------------------------------------------------------------------------------
 
 BAD_CRON = [
-    "", " ", "* * * *", "* * * * * *", "@daily", "@reboot", "*/0 * * * *", "60 * * * *", "* 24 * * *",
-    "* * 32 * *", "* * * 13 *", "* * * * 8", "* * * * MON#2", "0 0 L * *", "H * * * *", "? * * * *",
-    "* * * * *; DROP TABLE action_schedules", "\x00 * * * *", "* * * * *\x00", "５ * * * *", "1-70 * * * *",
+    "",
+    " ",
+    "* * * *",
+    "* * * * * *",
+    "@daily",
+    "@reboot",
+    "*/0 * * * *",
+    "60 * * * *",
+    "* 24 * * *",
+    "* * 32 * *",
+    "* * * 13 *",
+    "* * * * 8",
+    "* * * * MON#2",
+    "0 0 L * *",
+    "H * * * *",
+    "? * * * *",
+    "* * * * *; DROP TABLE action_schedules",
+    "\x00 * * * *",
+    "* * * * *\x00",
+    "５ * * * *",
+    "1-70 * * * *",
     "0 0 * * * 2024",
 ]
-BAD_ZONES = ["", "Mars/Olympus", "../../../etc/passwd", "Europe/Berlin\x00", "UTC'; DROP TABLE x; --", "+25:00",
-             "/etc/localtime", "Europe/", "E" * 64]
+BAD_ZONES = [
+    "",
+    "Mars/Olympus",
+    "../../../etc/passwd",
+    "Europe/Berlin\x00",
+    "UTC'; DROP TABLE x; --",
+    "+25:00",
+    "/etc/localtime",
+    "Europe/",
+    "E" * 64,
+]
 
 
 @pytest.mark.parametrize(("cron", "zone"), [(c, None) for c in BAD_CRON] + [("0 9 * * *", z) for z in BAD_ZONES])
@@ -566,4 +644,3 @@ async def test_the_command_line_treats_hostile_ids_as_data(database_url: str) ->
     finally:
         pool.close()
         await pool.wait_closed()
-

@@ -45,7 +45,12 @@ class Installed:
         clean["PATH"] = f"{self.venv / 'bin'}{os.pathsep}{clean.get('PATH', '')}"
         clean.update(env or {})
         return subprocess.run(
-            [str(a) for a in args], cwd=self.project, env=clean, capture_output=True, text=True, timeout=timeout,
+            [str(a) for a in args],
+            cwd=self.project,
+            env=clean,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             input=input,
         )
 

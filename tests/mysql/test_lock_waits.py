@@ -192,8 +192,9 @@ async def test_a_settle_on_a_held_row_is_retried_until_it_lands(pool: Any, holde
     await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
     await hold_jobs(holder, ["j"])
     release = asyncio.create_task(holder.release(after_s=LOCK_WAIT_S * 1.5))
-    await queue.settle(job_id="j", worker_id="w", status="succeeded",
-                       attempt=AttemptOutcome(status="succeeded", worker_id="w"))
+    await queue.settle(
+        job_id="j", worker_id="w", status="succeeded", attempt=AttemptOutcome(status="succeeded", worker_id="w")
+    )
     await release
     done = await queue.get_job([1], "j")
     assert done is not None and done.status == "succeeded" and len(done.history) == 1

@@ -56,9 +56,7 @@ async def pool_on(pools: list[Any], url: str, **options: Any) -> Any:
 # -- the server's clock -------------------------------------------------------------------------------------
 
 
-async def test_instants_are_the_servers_even_when_it_is_told_another_time(
-    database_url: str, pools: list[Any]
-) -> None:
+async def test_instants_are_the_servers_even_when_it_is_told_another_time(database_url: str, pools: list[Any]) -> None:
     faked = 1_700_000_000  # 2023-11-14T22:13:20Z: far from this machine's clock
     pool = await pool_on(pools, database_url, init_command=f"SET SESSION timestamp = {faked}")
     queue = create_mysql_job_queue(pool)
@@ -77,7 +75,8 @@ async def test_the_clock_is_exact_inside_a_fall_back_hour(database_url: str, poo
     # reads it back an hour wrong. The session zone must not matter.
     for instant in (1_729_989_000, 1_729_992_600):  # 00:30 and 01:30 UTC: 02:30 local, twice
         pool = await pool_on(
-            pools, database_url,
+            pools,
+            database_url,
             init_command=f"SET SESSION time_zone = 'Europe/Berlin', SESSION timestamp = {instant}",
         )
         queue = create_mysql_job_queue(pool)
@@ -251,11 +250,15 @@ async def test_the_claim_reads_through_the_index_without_sorting_the_backlog(
     queue = create_mysql_job_queue(pool)
     await queue.enqueue(job("seed"))
     # a backlog and a finished history, written straight in SQL
-    sql(database_url, """
+    sql(
+        database_url,
+        """
         INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,
             status, run_at, attempts, created_at, updated_at, history)
         SELECT CONCAT('b', seq), 1, 'a', 'main', 't', '{}', seq, 3,
-            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM """ + numbers(20_000))
+            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM """
+        + numbers(20_000),
+    )
     sql(database_url, "ANALYZE TABLE action_jobs")
     statement = statements_for("").claim_candidates
     plan = sql(database_url, "EXPLAIN " + statement, (10**12, 40, 20, 10**12, 10))
@@ -306,8 +309,9 @@ async def test_finished_jobs_are_removed_after_the_retention_period(database_url
     queue = create_mysql_job_queue(pool, retention_days=1)
     await queue.enqueue_many([job("done"), job("waiting", due_at=10**13)])
     (taken,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
-    await queue.settle(job_id=taken.id, worker_id="w", status="succeeded",
-                       attempt=AttemptOutcome(status="succeeded", worker_id="w"))
+    await queue.settle(
+        job_id=taken.id, worker_id="w", status="succeeded", attempt=AttemptOutcome(status="succeeded", worker_id="w")
+    )
     assert await queue.get_job([1], "done") is not None
     # Two days later by the server's clock (a queue whose pool is told so):
     later = await pool_on(pools, database_url, init_command="SET SESSION timestamp = UNIX_TIMESTAMP() + 172800")
@@ -323,22 +327,33 @@ TWO_DAYS_LATER = "SET SESSION timestamp = UNIX_TIMESTAMP() + 172800"
 async def finish_every_way(queue: Any) -> list[str]:
     """Finished jobs of every terminal status, two of them due only next year; answers their ids."""
     next_year = int((await queue.now()).timestamp() * 1000) + 365 * 86_400_000
-    await queue.enqueue_many([
-        job("succeeded", due_at=0), job("failed", due_at=1), job("dead", due_at=2, max_attempts=1),
-        job("cancelled-future", due_at=next_year), job("keyed-future", due_at=next_year, key="k"),
-    ])
+    await queue.enqueue_many(
+        [
+            job("succeeded", due_at=0),
+            job("failed", due_at=1),
+            job("dead", due_at=2, max_attempts=1),
+            job("cancelled-future", due_at=next_year),
+            job("keyed-future", due_at=next_year, key="k"),
+        ]
+    )
     taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=2)
     assert [j.id for j in taken] == ["succeeded", "failed"]
     for j, status in zip(taken, ("succeeded", "failed"), strict=True):
-        await queue.settle(job_id=j.id, worker_id="w", status=status,
-                           attempt=AttemptOutcome(status=status, worker_id="w"))
+        await queue.settle(
+            job_id=j.id, worker_id="w", status=status, attempt=AttemptOutcome(status=status, worker_id="w")
+        )
     await queue.claim(worker_id="gone", lease_ms=1, limit=1)  # "dead": its worker vanishes on its only attempt
     await asyncio.sleep(0.01)
     assert await queue.claim(worker_id="w", lease_ms=60_000, limit=1) == []
     assert await queue.cancel([1], "cancelled-future")
     assert await queue.cancel_pending(space_id=1, key="k") == 1
-    finished = {"succeeded": "succeeded", "failed": "failed", "dead": "dead", "cancelled-future": "cancelled",
-                "keyed-future": "cancelled"}
+    finished = {
+        "succeeded": "succeeded",
+        "failed": "failed",
+        "dead": "dead",
+        "cancelled-future": "cancelled",
+        "keyed-future": "cancelled",
+    }
     for job_id, status in finished.items():
         found = await queue.get_job([1], job_id)
         assert found is not None and found.status == status
@@ -428,11 +443,15 @@ async def test_purges_never_deadlock_with_claimers_and_settlers(
         for _ in range(4)
     ]
     await queues[0].enqueue(job("first"))  # creates the tables
-    sql(database_url, """
+    sql(
+        database_url,
+        """
         INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,
             status, run_at, attempts, created_at, updated_at, history)
         SELECT CONCAT('j', seq), 1, 'a', 'main', 't', '{}', seq, 3,
-            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM """ + numbers(1_200))
+            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM """
+        + numbers(1_200),
+    )
 
     async def drain(queue: Any, name: str) -> int:
         done = 0
@@ -503,8 +522,15 @@ async def test_the_schedule_upsert_names_the_incoming_row_as_the_server_prefers(
     queue = create_mysql_job_queue(database_pool)
 
     def schedule(cron: str) -> ScheduleInput:
-        return ScheduleInput(space_id=1, action_id="nightly", cron=cron, environment="main", enabled=True,
-                             next_run_at=1_000, max_attempts=3)
+        return ScheduleInput(
+            space_id=1,
+            action_id="nightly",
+            cron=cron,
+            environment="main",
+            enabled=True,
+            next_run_at=1_000,
+            max_attempts=3,
+        )
 
     await queue.put_schedules(space_id=1, schedules=[schedule("0 7 * * *")])
     with warnings.catch_warnings(record=True) as seen:

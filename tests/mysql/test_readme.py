@@ -48,10 +48,28 @@ def test_the_service_example_defines_what_it_says() -> None:
     lookups = namespace["Lookups"]()
     (entry,) = asyncio.run(lookups.list_actions(1))
     assert entry.schedule.cron == "0 7 * * *"
-    assert asyncio.run(namespace["handle"](namespace["Job"](
-        id="j", space_id=1, action_id="nightly-digest", environment="main", trigger="schedule", input={},
-        due_at=0, max_attempts=3, status="running", run_at=0, attempts=1, created_at=0, updated_at=0,
-    ))) == "digest-run-1"
+    assert (
+        asyncio.run(
+            namespace["handle"](
+                namespace["Job"](
+                    id="j",
+                    space_id=1,
+                    action_id="nightly-digest",
+                    environment="main",
+                    trigger="schedule",
+                    input={},
+                    due_at=0,
+                    max_attempts=3,
+                    status="running",
+                    run_at=0,
+                    attempts=1,
+                    created_at=0,
+                    updated_at=0,
+                )
+            )
+        )
+        == "digest-run-1"
+    )
 
 
 def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
@@ -61,8 +79,11 @@ def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
     exec(compile(python_blocks()[1], "README.md", "exec"), service)
     paged: list[str] = []
     namespace: dict[str, Any] = {
-        "Lookups": service["Lookups"], "handle": service["handle"], "page_someone": paged.append,
-        "queue": create_memory_job_queue(), "kv": create_memory_kv(),
+        "Lookups": service["Lookups"],
+        "handle": service["handle"],
+        "page_someone": paged.append,
+        "queue": create_memory_job_queue(),
+        "kv": create_memory_kv(),
     }
 
     async def run() -> None:

@@ -38,7 +38,8 @@ def redis_url() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as workdir:
         server = subprocess.Popen(
             [REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             import redis
@@ -70,8 +71,9 @@ async def pools(session_db: str) -> AsyncIterator[tuple[Any, Any]]:
 
 
 def job(job_id: str, due_at: int) -> JobInput:
-    return JobInput(id=job_id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=due_at,
-                    max_attempts=3)
+    return JobInput(
+        id=job_id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=due_at, max_attempts=3
+    )
 
 
 async def test_an_enqueue_elsewhere_wakes_the_worker_through_redis(redis_url: str, pools: tuple[Any, Any]) -> None:

@@ -23,8 +23,9 @@ LONG_POLL_MS = 600_000  # no poll tick can happen within a test: only a wake-up 
 
 
 def job_input(job_id: str, due_at: int) -> JobInput:
-    return JobInput(id=job_id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=due_at,
-                    max_attempts=3)
+    return JobInput(
+        id=job_id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=due_at, max_attempts=3
+    )
 
 
 async def now_ms(queue: JobQueue) -> int:
@@ -135,8 +136,7 @@ async def test_busy_workers_keep_claims_in_flight_and_never_run_a_job_twice(sess
 
         # Three workers over one table (each its own queue object, as replicas are), 16 slots each, with the
         # kv's single-flight keys taken and given back in batches.
-        workers = [create_job_worker(queue=q, handler=handler, workers=16, kv=kv, poll_ms=LONG_POLL_MS)
-                   for q in queues]
+        workers = [create_job_worker(queue=q, handler=handler, workers=16, kv=kv, poll_ms=LONG_POLL_MS) for q in queues]
         for worker in workers:
             worker.start()
         try:
@@ -148,9 +148,7 @@ async def test_busy_workers_keep_claims_in_flight_and_never_run_a_job_twice(sess
         assert [job_id for job_id, count in ran.items() if count != 1] == []
         assert overlaps == []
         rows = sql(session_db, "SELECT status, attempts, COUNT(*) FROM action_jobs GROUP BY status, attempts")
-        assert [(str(status), int(attempts), int(count)) for status, attempts, count in rows] == [
-            ("succeeded", 1, n)
-        ]
+        assert [(str(status), int(attempts), int(count)) for status, attempts, count in rows] == [("succeeded", 1, n)]
         # Every single-flight key was given back.
         assert sql(session_db, "SELECT COUNT(*) FROM action_kv")[0][0] == 0
     finally:
@@ -181,7 +179,11 @@ async def test_keys_taken_and_given_back_in_batches_keep_swap_rules(kv: Any) -> 
     answers = await kv.take_absent([("free", "me-1"), ("held", "me-2"), ("lapsed", "me-3"), ("a ", "me-4")], 60)
     assert answers == [True, False, True, True]
     assert [await kv.get(k) for k in ("free", "held", "lapsed", "a ", "a")] == [
-        "me-1", "someone-else", "me-3", "me-4", None
+        "me-1",
+        "someone-else",
+        "me-3",
+        "me-4",
+        None,
     ]
     with pytest.raises(ValueError):
         await kv.take_absent([("dup", "x"), ("dup", "y")], 60)
@@ -214,8 +216,12 @@ async def test_the_memory_queue_claims_from_its_heaps_exactly_as_a_full_sort_wou
         elif op < 0.6:
             page = await queue.list_jobs(space_ids=[1], limit=10_000)
             due = sorted(
-                (j for j in page.jobs if (j.status == "pending" and j.run_at <= clock.now)
-                 or (j.status == "running" and (j.lease_until or 0) < clock.now)),
+                (
+                    j
+                    for j in page.jobs
+                    if (j.status == "pending" and j.run_at <= clock.now)
+                    or (j.status == "running" and (j.lease_until or 0) < clock.now)
+                ),
                 key=lambda j: (j.run_at, order[j.id]),
             )
             limit = rng.randrange(0, 6)
@@ -228,13 +234,18 @@ async def test_the_memory_queue_claims_from_its_heaps_exactly_as_a_full_sort_wou
                 held[j.id] = worker
         elif op < 0.7 and held:
             worker = rng.choice(sorted(set(held.values())))
-            await queue.heartbeat(job_ids=[k for k, w in held.items() if w == worker], worker_id=worker,
-                                  lease_ms=rng.randrange(50, 400))
+            await queue.heartbeat(
+                job_ids=[k for k, w in held.items() if w == worker], worker_id=worker, lease_ms=rng.randrange(50, 400)
+            )
         elif op < 0.85 and held:
             job_id = rng.choice(sorted(held))
             status = rng.choice(["succeeded", "pending"])
-            await queue.settle(job_id=job_id, worker_id=held.pop(job_id), status=status,
-                               delay_ms=rng.randrange(0, 300) if status == "pending" else None)
+            await queue.settle(
+                job_id=job_id,
+                worker_id=held.pop(job_id),
+                status=status,
+                delay_ms=rng.randrange(0, 300) if status == "pending" else None,
+            )
         elif op < 0.9 and order:
             await queue.cancel([1], rng.choice(sorted(order)))
         else:

@@ -65,10 +65,18 @@ DEFAULT_LOCAL_URL = "mysql://root@127.0.0.1:3306"
         ("mysql://u:pa%2Fss@h/d", MysqlUrl(host="h", user="u", password="pa/ss", database="d")),
         (
             "mysql://u@h/d?ssl-mode=verify_identity&ssl-ca=/etc/ca.pem&ssl_cert=/c.pem&ssl_key=/k.pem&charset=UTF8MB4",
-            MysqlUrl(host="h", user="u", database="d", params={
-                "ssl-mode": "VERIFY_IDENTITY", "ssl-ca": "/etc/ca.pem", "ssl-cert": "/c.pem", "ssl-key": "/k.pem",
-                "charset": "utf8mb4",
-            }),
+            MysqlUrl(
+                host="h",
+                user="u",
+                database="d",
+                params={
+                    "ssl-mode": "VERIFY_IDENTITY",
+                    "ssl-ca": "/etc/ca.pem",
+                    "ssl-cert": "/c.pem",
+                    "ssl-key": "/k.pem",
+                    "charset": "utf8mb4",
+                },
+            ),
         ),
     ],
 )
@@ -80,7 +88,8 @@ def test_parse_good_urls(url: str, expected: MysqlUrl) -> None:
     again = parse_mysql_url(parsed.sqlalchemy_url())  # SQLAlchemy spells TLS its own way; it means the same
     assert (again.ssl_mode, again.charset) == (parsed.ssl_mode, "utf8mb4")
     assert {k: v for k, v in again.params.items() if k != "ssl-mode"} == {
-        "charset": "utf8mb4", **{k: v for k, v in parsed.params.items() if k != "ssl-mode"}
+        "charset": "utf8mb4",
+        **{k: v for k, v in parsed.params.items() if k != "ssl-mode"},
     }
 
 
@@ -143,8 +152,11 @@ def test_parse_bad_urls_name_the_problem_and_hide_the_password(url: str, names: 
         ("ssl-mode=REQUIRED", "REQUIRED", "charset=utf8mb4&ssl_check_hostname=false"),
         ("ssl-cert=/c.pem", "REQUIRED", "charset=utf8mb4&ssl_cert=/c.pem&ssl_check_hostname=false"),
         ("ssl-ca=/ca.pem", "VERIFY_CA", "charset=utf8mb4&ssl_ca=/ca.pem&ssl_check_hostname=false"),
-        ("ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem", "VERIFY_IDENTITY",
-         "charset=utf8mb4&ssl_ca=/ca.pem&ssl_check_hostname=true"),
+        (
+            "ssl-mode=VERIFY_IDENTITY&ssl-ca=/ca.pem",
+            "VERIFY_IDENTITY",
+            "charset=utf8mb4&ssl_ca=/ca.pem&ssl_check_hostname=true",
+        ),
     ],
 )
 def test_tls_modes(query: str, mode: str, sqlalchemy_query: str) -> None:
@@ -180,9 +192,7 @@ def test_url_methods() -> None:
         "connect_timeout": 3,
     }
     kwargs = url.pymysql_kwargs()
-    assert (
-        kwargs["database"] == "jobs" and kwargs["charset"] == "utf8mb4" and kwargs["unix_socket"] == "/s.sock"
-    )
+    assert kwargs["database"] == "jobs" and kwargs["charset"] == "utf8mb4" and kwargs["unix_socket"] == "/s.sock"
     assert "unix_socket" not in parse_mysql_url("mysql://h").pymysql_kwargs()
 
     other = url.with_database("other")

@@ -90,7 +90,9 @@ def _tls_server(server: LocalMysqlServer, certs: Path) -> Iterator[Tls]:
     _make_cert(certs, "server", "ca", "IP:127.0.0.1")  # valid for 127.0.0.1, NOT for the name localhost
     _make_cert(certs, "client", "ca", None)
     server.extra_args = (
-        f"--ssl-ca={certs / 'ca.pem'}", f"--ssl-cert={certs / 'server.pem'}", f"--ssl-key={certs / 'server.key'}"
+        f"--ssl-ca={certs / 'ca.pem'}",
+        f"--ssl-cert={certs / 'server.pem'}",
+        f"--ssl-key={certs / 'server.key'}",
     )
     with server:
         conn = pymysql.connect(**parse_mysql_url(server.url).pymysql_kwargs(), autocommit=True)

@@ -285,9 +285,7 @@ def test_expression_is_read_on_the_zones_wall_clock() -> None:
 
 def test_utc_zone_name_matches_no_zone() -> None:
     for expression in ["*/7 3 * * *", "0 0 13 * 5", "15 10 28 * *"]:
-        assert cron_next_fire(expression, utc(2024, 5, 5), "UTC") == cron_next_fire(
-            expression, utc(2024, 5, 5)
-        )
+        assert cron_next_fire(expression, utc(2024, 5, 5), "UTC") == cron_next_fire(expression, utc(2024, 5, 5))
 
 
 def test_non_datetime_after_or_until_raises_type_error() -> None:
@@ -417,9 +415,7 @@ def test_non_string_time_zones_are_unknown(value: object) -> None:
 def test_berlin_spring_forward_skipped_time_fires_once_at_end_of_gap() -> None:
     # 2024-03-31 02:00 CET -> 03:00 CEST: 02:30 does not exist; 03:00 CEST is 01:00 UTC.
     assert cron_next_fire("30 2 * * *", utc(2024, 3, 30, 12), BERLIN) == utc(2024, 3, 31, 1)
-    assert cron_next_fire("30 2 * * *", utc(2024, 3, 31, 1), BERLIN) == utc(
-        2024, 3, 31, 1
-    )  # from the gap's end
+    assert cron_next_fire("30 2 * * *", utc(2024, 3, 31, 1), BERLIN) == utc(2024, 3, 31, 1)  # from the gap's end
     assert cron_next_fire("30 2 * * *", utc(2024, 3, 31, 1, 1), BERLIN) == utc(2024, 4, 1, 0, 30)
     assert cron_fires_between("30 2 * * *", utc(2024, 3, 30, 12), utc(2024, 3, 31, 12), BERLIN) == 1
 
@@ -462,9 +458,7 @@ def test_plain_croniter_fires_twice_in_a_fall_back_hour_and_we_do_not() -> None:
     plain = croniter("30 2 * * *", datetime(2024, 10, 27, 0, 0, tzinfo=berlin), ret_type=datetime)
     seen = [plain.get_next(datetime).astimezone(UTC) for _ in range(2)]
     assert seen == [utc(2024, 10, 27, 0, 30), utc(2024, 10, 27, 1, 30)]  # the same wall time, twice
-    assert fires("30 2 * * *", utc(2024, 10, 26, 22), utc(2024, 10, 27, 22), BERLIN) == [
-        utc(2024, 10, 27, 0, 30)
-    ]
+    assert fires("30 2 * * *", utc(2024, 10, 26, 22), utc(2024, 10, 27, 22), BERLIN) == [utc(2024, 10, 27, 0, 30)]
 
 
 def test_berlin_fall_back_star_hour_fires_on_both_passes() -> None:

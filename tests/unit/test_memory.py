@@ -10,8 +10,9 @@ from plitzi_jobs_mysql import JobInput, create_memory_job_queue, create_memory_k
 
 
 def job(id: str) -> JobInput:
-    return JobInput(id=id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=0,
-                    max_attempts=1)
+    return JobInput(
+        id=id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=0, max_attempts=1
+    )
 
 
 async def test_the_oldest_finished_jobs_go_first_and_nothing_waiting_goes() -> None:
@@ -35,8 +36,18 @@ async def test_the_injected_clock_is_the_only_clock() -> None:
     queue = create_memory_job_queue(clock=lambda: now[0])
     kv = create_memory_kv(clock=lambda: now[0])
     assert int((await queue.now()).timestamp() * 1000) == 5_000
-    await queue.enqueue(JobInput(id="later", space_id=1, action_id="a", environment="main", trigger="t",
-                                 input={}, due_at=6_000, max_attempts=1))
+    await queue.enqueue(
+        JobInput(
+            id="later",
+            space_id=1,
+            action_id="a",
+            environment="main",
+            trigger="t",
+            input={},
+            due_at=6_000,
+            max_attempts=1,
+        )
+    )
     assert await queue.claim(worker_id="w", lease_ms=1_000, limit=1) == []
     await kv.set("k", "v", ttl_seconds=1)
     now[0] = 6_000

@@ -59,7 +59,13 @@ async def wait_for(condition: Callable[[], bool], within: float = 10.0) -> None:
 
 def job(job_id: str, action: str, *, due_at: int = T - 2_000, max_attempts: int = 3) -> JobInput:
     return JobInput(
-        id=job_id, space_id=1, action_id=action, environment="main", trigger="t", input={}, due_at=due_at,
+        id=job_id,
+        space_id=1,
+        action_id=action,
+        environment="main",
+        trigger="t",
+        input={},
+        due_at=due_at,
         max_attempts=max_attempts,
     )
 
@@ -88,8 +94,12 @@ async def test_a_span_per_run_with_its_job_and_outcome_and_metrics_by_outcome() 
     assert sorted(runs) == ["bad", "flaky", "ok"]
     ok = runs["ok"]
     assert dict(ok.attributes or {}) == {
-        "plitzi_jobs.job.id": "ok", "plitzi_jobs.job.space_id": 1, "plitzi_jobs.job.action": "send",
-        "plitzi_jobs.job.attempt": 1, "plitzi_jobs.worker.id": "w1", "plitzi_jobs.outcome": "succeeded",
+        "plitzi_jobs.job.id": "ok",
+        "plitzi_jobs.job.space_id": 1,
+        "plitzi_jobs.job.action": "send",
+        "plitzi_jobs.job.attempt": 1,
+        "plitzi_jobs.worker.id": "w1",
+        "plitzi_jobs.outcome": "succeeded",
     }
     assert ok.status.status_code != StatusCode.ERROR
     flaky = runs["flaky"]
@@ -127,15 +137,30 @@ async def test_lost_runs_missed_fires_and_queue_depth() -> None:
     await wait_for(lambda: not worker._held)
     await worker.stop()
 
-    await queue.put_schedules(space_id=1, schedules=[ScheduleInput(
-        space_id=1, action_id="digest", cron="* * * * *", environment="main", enabled=True, next_run_at=T,
-        max_attempts=3,
-    )])
+    await queue.put_schedules(
+        space_id=1,
+        schedules=[
+            ScheduleInput(
+                space_id=1,
+                action_id="digest",
+                cron="* * * * *",
+                environment="main",
+                enabled=True,
+                next_run_at=T,
+                max_attempts=3,
+            )
+        ],
+    )
     clock.now = T + 10 * 60_000 + 1_000
     await create_scheduler(queue=queue, lookups=object(), on_event=telemetry).sweep()  # type: ignore[arg-type]
 
     assert await telemetry.sample_queue_depth(queue, [1]) == {
-        "pending": 3, "running": 0, "succeeded": 1, "failed": 0, "dead": 0, "cancelled": 0,
+        "pending": 3,
+        "running": 0,
+        "succeeded": 1,
+        "failed": 0,
+        "dead": 0,
+        "cancelled": 0,
     }
     found = points(reader)
     runs = {a["plitzi_jobs.outcome"]: v for a, v in found["plitzi_jobs.runs"]}

@@ -503,14 +503,18 @@ async def test_invalid_schedules_from_lookups_are_skipped_with_a_warning_and_the
 ) -> None:
     _clock, queue = await setup(now=T)
     too_long = "x" * 175  # fine as an action id, too long for its fires' job ids
-    lookups = Lookups({1: [
-        ActionEntry(id="good", schedule=ScheduleTrigger(cron="*/5 * * * *")),
-        ActionEntry(id="bad-cron", schedule=ScheduleTrigger(cron="61 * * * *")),
-        ActionEntry(id="bad-zone", schedule=ScheduleTrigger(cron="0 7 * * *", timezone="Mars/Olympus")),
-        ActionEntry(id=too_long, schedule=ScheduleTrigger(cron="0 7 * * *")),
-        ActionEntry(id="never", schedule=ScheduleTrigger(cron="0 0 30 2 *")),
-        ActionEntry(id="unscheduled"),
-    ]})
+    lookups = Lookups(
+        {
+            1: [
+                ActionEntry(id="good", schedule=ScheduleTrigger(cron="*/5 * * * *")),
+                ActionEntry(id="bad-cron", schedule=ScheduleTrigger(cron="61 * * * *")),
+                ActionEntry(id="bad-zone", schedule=ScheduleTrigger(cron="0 7 * * *", timezone="Mars/Olympus")),
+                ActionEntry(id=too_long, schedule=ScheduleTrigger(cron="0 7 * * *")),
+                ActionEntry(id="never", schedule=ScheduleTrigger(cron="0 0 30 2 *")),
+                ActionEntry(id="unscheduled"),
+            ]
+        }
+    )
     scheduler = create_scheduler(queue=queue, lookups=lookups)
     with caplog.at_level(logging.WARNING, logger="plitzi_jobs_mysql.scheduler"):
         await scheduler.reconcile(1)

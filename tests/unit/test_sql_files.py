@@ -15,9 +15,7 @@ GEN = ROOT / "scripts" / "gen_sql.py"
 
 def _statements(path: Path) -> list[str]:
     """The file's statements without the trailing `;`, comment lines dropped."""
-    body = "\n".join(
-        line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("--")
-    )
+    body = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("--"))
     return [piece.strip() for piece in body.split(";") if piece.strip()]
 
 

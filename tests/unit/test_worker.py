@@ -430,7 +430,11 @@ async def test_a_settle_that_keeps_failing_is_left_to_the_lease() -> None:
         return "ok"
 
     worker = create_job_worker(
-        queue=Proxy(base, settle=store_down), handler=handler, workers=1, poll_ms=10, lease_ms=300,
+        queue=Proxy(base, settle=store_down),
+        handler=handler,
+        workers=1,
+        poll_ms=10,
+        lease_ms=300,
         on_error=errors.append,
     )
     started = asyncio.get_running_loop().time()
@@ -873,10 +877,17 @@ async def test_the_event_hook_sees_each_happening_of_a_run() -> None:
     await wait_for(lambda: not worker._held)
     await worker.stop()
     kinds = sorted((e.job_id, e.kind.value) for e in events)
-    assert kinds == sorted([
-        ("later", "lost"), ("later", "claimed"), ("later", "cancelled"),
-        ("flaky", "claimed"), ("flaky", "started"), ("flaky", "failed"), ("flaky", "dead"),
-    ])
+    assert kinds == sorted(
+        [
+            ("later", "lost"),
+            ("later", "claimed"),
+            ("later", "cancelled"),
+            ("flaky", "claimed"),
+            ("flaky", "started"),
+            ("flaky", "failed"),
+            ("flaky", "dead"),
+        ]
+    )
     lost = next(e for e in events if e.kind == EventKind.LOST)
     assert (lost.worker_id, lost.attempt) == ("died", 1)
 
@@ -909,8 +920,9 @@ async def test_events_nobody_listens_to_are_not_built_and_logged_ones_still_are(
         assert await worker.poll() == 1
         await wait_for(lambda: not worker._held)
     assert built == ["logged-2:claimed", "logged-2:started", "logged-2:succeeded"]
-    assert [r.getMessage().split(")")[1].strip().split(" ")[0] for r in caplog.records
-            if "logged-2" in r.getMessage()] == ["claimed", "started", "succeeded"]
+    assert [
+        r.getMessage().split(")")[1].strip().split(" ")[0] for r in caplog.records if "logged-2" in r.getMessage()
+    ] == ["claimed", "started", "succeeded"]
     await worker.stop()
 
 
@@ -1040,7 +1052,10 @@ async def test_a_batch_of_succeeded_settles_writes_what_single_settles_write(
     await clock.advance(1_234)
     for n, run_id in enumerate(run_ids):
         await queue.settle(
-            job_id=f"one-{n}", worker_id="w", status="succeeded", run_id=run_id,
+            job_id=f"one-{n}",
+            worker_id="w",
+            status="succeeded",
+            run_id=run_id,
             attempt=AttemptOutcome(status="succeeded", worker_id="w", run_id=run_id),
         )
     # "theirs" is held by another worker: the guard leaves it alone, as a single settle would.

@@ -89,4 +89,3 @@ def next_page(args: argparse.Namespace, shown: int, total: int | None) -> str:
 def scope(spaces: Sequence[int] | None) -> str:
     """The spaces a listing covers, in words."""
     return "all spaces" if not spaces else "space(s) " + ", ".join(str(s) for s in spaces)
-

@@ -236,9 +236,7 @@ def schedule_input(schedule: object, space: int) -> None:
     if not isinstance(schedule, ScheduleInput):
         raise TypeError(f"expected a ScheduleInput, not {type(schedule).__name__}")
     if schedule.space_id != space:
-        raise ValueError(
-            f"schedule {schedule.action_id!r} belongs to space {schedule.space_id}, not to space {space}"
-        )
+        raise ValueError(f"schedule {schedule.action_id!r} belongs to space {schedule.space_id}, not to space {space}")
     text("action_id", schedule.action_id, ID_MAX_CHARS)
     text("cron", schedule.cron, ID_MAX_CHARS)
     text("environment", schedule.environment, NAME_MAX_CHARS)
@@ -297,9 +295,7 @@ def list_schedules_args(ids: object, count: object, offset: object) -> list[int]
     return spaces
 
 
-def list_jobs_args(
-    ids: object, action_id: object, status: object, count: object, offset: object
-) -> list[int] | None:
+def list_jobs_args(ids: object, action_id: object, status: object, count: object, offset: object) -> list[int] | None:
     spaces = space_ids_or_all(ids)
     optional_text("action_id", action_id, ID_MAX_CHARS)
     if status is not None and status not in JOB_STATUSES:

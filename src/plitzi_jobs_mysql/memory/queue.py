@@ -287,9 +287,7 @@ class MemoryJobQueue:
         check.limit("limit", limit)
         return self._schedules.due(self._now(), limit)
 
-    async def advance_schedule(
-        self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
-    ) -> bool:
+    async def advance_schedule(self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int) -> bool:
         check.advance_args(space_id, action_id, from_at, to_at, missed)
         return self._schedules.advance(
             space_id=space_id, action_id=action_id, from_at=from_at, to_at=to_at, missed=missed, now=self._now

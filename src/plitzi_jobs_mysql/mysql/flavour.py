@@ -78,6 +78,8 @@ def flavour_of(version: str, wsrep_on: bool, group_replication: bool = False) ->
     `8.0.36-28.1` and `wsrep_on=ON`; Oracle MySQL 9.7 on Debian `9.7.4-2`."""
     mariadb = "mariadb" in version.lower()
     return Flavour(
-        mariadb=mariadb, galera=wsrep_on, group_replication=group_replication and not mariadb,
+        mariadb=mariadb,
+        galera=wsrep_on,
+        group_replication=group_replication and not mariadb,
         row_alias=not mariadb and _release(version) >= ROW_ALIAS_SINCE,
     )

@@ -62,8 +62,19 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
 
     def _job_values(self, job: JobInput, encoded: str, now: int) -> list[Any]:
         return [
-            job.id, job.space_id, job.action_id, job.environment, job.trigger, encoded, job.due_at,
-            job.max_attempts, job.missed, job.key, job.due_at, now, now,
+            job.id,
+            job.space_id,
+            job.action_id,
+            job.environment,
+            job.trigger,
+            encoded,
+            job.due_at,
+            job.max_attempts,
+            job.missed,
+            job.key,
+            job.due_at,
+            now,
+            now,
         ]
 
     async def enqueue(self, job: JobInput) -> bool:
@@ -281,6 +292,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             self._spread = min(MAX_SPREAD, self._spread * 2)
         elif self._spread > 1:
             self._spread -= 1
+
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = list(dict.fromkeys(check.heartbeat_args(job_ids, worker_id, lease_ms)))
         if not ids:
@@ -322,8 +334,11 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
                     raise
                 held.append(job_id)
         if held:
-            log.warning("could not renew the leases of %s: another transaction holds their rows; the next "
-                        "heartbeat tries again", held)
+            log.warning(
+                "could not renew the leases of %s: another transaction holds their rows; the next "
+                "heartbeat tries again",
+                held,
+            )
 
     async def settle(
         self,

@@ -118,8 +118,11 @@ class QueueCore:
             if is_conflict(error):
                 log.debug("purging finished jobs met a conflict (%s); the next pass tries again", error)
             else:
-                log.warning("purging finished jobs older than the retention period failed (%s); the next pass "
-                            "in a minute tries again", error)
+                log.warning(
+                    "purging finished jobs older than the retention period failed (%s); the next pass "
+                    "in a minute tries again",
+                    error,
+                )
             return
         if removed:
             log.info("removed %d finished jobs older than the retention period", removed)

@@ -25,9 +25,7 @@ class ScheduleCalls(QueueCore):
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.due_schedules, (now, limit)))
         return [schedule_from_row(row) for row in rows]
 
-    async def advance_schedule(
-        self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int
-    ) -> bool:
+    async def advance_schedule(self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int) -> bool:
         check.advance_args(space_id, action_id, from_at, to_at, missed)
         now = await self._now_ms()
         args = (to_at, from_at, missed, now, space_id, action_id, from_at)
@@ -49,8 +47,17 @@ class ScheduleCalls(QueueCore):
             args: list[Any] = []
             for s in incoming:
                 args.extend(
-                    [space_id, s.action_id, s.cron, s.timezone, s.environment, int(s.enabled), s.next_run_at,
-                     s.max_attempts, now]
+                    [
+                        space_id,
+                        s.action_id,
+                        s.cron,
+                        s.timezone,
+                        s.environment,
+                        int(s.enabled),
+                        s.next_run_at,
+                        s.max_attempts,
+                        now,
+                    ]
                 )
             values = ", ".join([self._sql.upsert_schedule_values] * len(incoming))
             upsert = self._sql.upsert_schedules_aliased if self._store.flavour.row_alias else self._sql.upsert_schedules

@@ -245,9 +245,12 @@ class MysqlStore:
             client, connection, results = rows[0]
             wrong = [
                 f"{name}={value}"
-                for name, value in (("client", charset), ("character_set_client", client),
-                                    ("character_set_connection", connection),
-                                    ("character_set_results", results))
+                for name, value in (
+                    ("client", charset),
+                    ("character_set_client", client),
+                    ("character_set_connection", connection),
+                    ("character_set_results", results),
+                )
                 if value is not None and str(value).lower() != "utf8mb4"
             ]
             if wrong:
@@ -273,11 +276,17 @@ class MysqlStore:
             if self.flavour.galera:
                 # A node applies other nodes' writes a moment after they commit: without a causal wait, a
                 # settle sent to one node right after the claim on another matches nothing and is lost.
-                log.info("Galera cluster detected (%s): every statement waits for the node to be causally up to "
-                         "date", version)
+                log.info(
+                    "Galera cluster detected (%s): every statement waits for the node to be causally up to date",
+                    version,
+                )
             if self.flavour.group_replication:
-                log.info("Group Replication member detected (%s): each borrowed session sets %s, so every "
-                         "statement waits for the member to be up to date with the group", version, GROUP_CONSISTENCY)
+                log.info(
+                    "Group Replication member detected (%s): each borrowed session sets %s, so every "
+                    "statement waits for the member to be up to date with the group",
+                    version,
+                    GROUP_CONSISTENCY,
+                )
             self.statement_prefix = conn.prefix = self.flavour.statement_prefix
             self._ready = True
 

@@ -26,13 +26,41 @@ NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) D
 
 #: The columns a job or schedule is read with; rows.py decodes a row by these names.
 JOB_COLUMN_NAMES = (
-    "seq", "id", "space_id", "action_id", "environment", "trigger", "input", "due_at", "max_attempts", "missed",
-    "key", "status", "run_at", "attempts", "created_at", "updated_at", "history", "lease_until", "worker_id",
-    "run_id", "cancel_requested", "error",
+    "seq",
+    "id",
+    "space_id",
+    "action_id",
+    "environment",
+    "trigger",
+    "input",
+    "due_at",
+    "max_attempts",
+    "missed",
+    "key",
+    "status",
+    "run_at",
+    "attempts",
+    "created_at",
+    "updated_at",
+    "history",
+    "lease_until",
+    "worker_id",
+    "run_id",
+    "cancel_requested",
+    "error",
 )
 SCHEDULE_COLUMN_NAMES = (
-    "space_id", "action_id", "cron", "timezone", "environment", "enabled", "next_run_at", "max_attempts", "missed",
-    "updated_at", "last_fire_at",
+    "space_id",
+    "action_id",
+    "cron",
+    "timezone",
+    "environment",
+    "enabled",
+    "next_run_at",
+    "max_attempts",
+    "missed",
+    "updated_at",
+    "last_fire_at",
 )
 JOB_COLUMNS = ", ".join(f"`{name}`" for name in JOB_COLUMN_NAMES)
 SCHEDULE_COLUMNS = ", ".join(f"`{name}`" for name in SCHEDULE_COLUMN_NAMES)
@@ -251,8 +279,7 @@ def statements_for(prefix: str) -> Statements:
         # The same with its rows locked NOWAIT (MySQL; as the claims): takes `ids` a second time, last.
         renew_leases_nowait=_nowait(renew_leases, jobs, "id", "IN %s"),
         cancel_requested_ids=(
-            f"SELECT id FROM {jobs} WHERE id IN %s AND worker_id = %s AND status = 'running' "
-            "AND cancel_requested = 1"
+            f"SELECT id FROM {jobs} WHERE id IN %s AND worker_id = %s AND status = 'running' AND cancel_requested = 1"
         ),
         settle=(
             f"UPDATE {jobs} SET "
@@ -385,9 +412,7 @@ def statements_for(prefix: str) -> Statements:
         kv_expire=f"UPDATE {kv} SET expires_at = {NOW_MS} + %s WHERE k = %s AND {live}",
         kv_insert=f"INSERT INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete_lapsed_key=f"DELETE FROM {kv} WHERE k = %s AND {lapsed}",
-        kv_replace=(
-            f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND {same_value} AND {live}"
-        ),
+        kv_replace=(f"UPDATE {kv} SET v = %s, expires_at = {NOW_MS} + %s WHERE k = %s AND {same_value} AND {live}"),
         kv_is_live_value=f"SELECT 1 FROM {kv} WHERE k = %s AND {same_value} AND {live}",
         kv_purge_lapsed=f"DELETE FROM {kv} WHERE expires_at <= {NOW_MS} LIMIT %s",
         # Many `swap(k, None, v)` in one statement: a key that exists is left exactly as it was (no IGNORE, which

@@ -78,6 +78,7 @@ def _describe(error: BaseException) -> str:
 async def _call(handler: JobHandler, job: Job) -> str | None:
     return await handler(job)
 
+
 @dataclass(eq=False)
 class _Held:
     """A job this worker holds a lease on, from its claim until its settlement is written."""
@@ -163,7 +164,11 @@ class JobRun:
         fields.setdefault("attempt", job.attempts)
         fields.setdefault("worker_id", self.worker_id)
         return JobEvent(
-            kind=kind, job_id=job.id, space_id=job.space_id, action_id=job.action_id, max_attempts=job.max_attempts,
+            kind=kind,
+            job_id=job.id,
+            space_id=job.space_id,
+            action_id=job.action_id,
+            max_attempts=job.max_attempts,
             **fields,
         )
 
@@ -178,7 +183,6 @@ class JobRun:
         job an attempt and a whole lease of waiting."""
         await self._settle(held, "pending", delay_ms=delay_ms)
 
-
     # -- running ---------------------------------------------------------------------------------------------
 
     async def _begin(self, held: _Held) -> bool:
@@ -186,8 +190,9 @@ class JobRun:
         lost = _lost_attempt(job)
         if lost is not None:
             previous = job.history[-1]  # the attempt lost, by the worker that lost it
-            self._emit(self._event(held, EventKind.LOST, attempt=lost, worker_id=previous.worker_id,
-                                   message=previous.error))
+            self._emit(
+                self._event(held, EventKind.LOST, attempt=lost, worker_id=previous.worker_id, message=previous.error)
+            )
         if self._emit.wants(EventKind.CLAIMED):
             wait_ms = max(0, job.updated_at - job.run_at) if lost is None else None
             self._emit(self._event(held, EventKind.CLAIMED, job=job, wait_ms=wait_ms))
@@ -357,15 +362,19 @@ class JobRun:
                 try:
                     # Bounded by what is left of the lease, not a third of it: a slow settle that would still
                     # land in time is never given up on; one on a silent connection no longer holds the slot for ever.
-                    await self._bounded("a settle", self.queue.settle(
-                        job_id=held.job.id,
-                        worker_id=self.worker_id,
-                        status=status,
-                        delay_ms=delay_ms,
-                        run_id=run_id,
-                        error=error,
-                        attempt=outcome,
-                    ), max(give_up_at - loop.time(), MIN_CALL_BOUND_S))
+                    await self._bounded(
+                        "a settle",
+                        self.queue.settle(
+                            job_id=held.job.id,
+                            worker_id=self.worker_id,
+                            status=status,
+                            delay_ms=delay_ms,
+                            run_id=run_id,
+                            error=error,
+                            attempt=outcome,
+                        ),
+                        max(give_up_at - loop.time(), MIN_CALL_BOUND_S),
+                    )
                     return
                 except Exception as failure:
                     failures += 1
@@ -408,9 +417,10 @@ class JobRun:
         try:
             # Compare-and-set to a marker that lapses at once: atomic, so a key someone else took is never
             # touched.
-            if await self._bounded("a single-flight release", self.kv.swap(key, token, marker, 0.001)) and \
-                    await self._bounded("a single-flight release", self.kv.get(key)) == marker:
+            if (
+                await self._bounded("a single-flight release", self.kv.swap(key, token, marker, 0.001))
+                and await self._bounded("a single-flight release", self.kv.get(key)) == marker
+            ):
                 await self._bounded("a single-flight release", self.kv.delete(key))
         except Exception as error:
             self.on_error(error)  # it lapses with its lifetime anyway
-

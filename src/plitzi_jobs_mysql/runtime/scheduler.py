@@ -135,8 +135,15 @@ class Scheduler:
         )
         (result.enqueued if created else result.duplicates).append(job_id)
         if created:
-            self._emit(JobEvent(kind=EventKind.FIRED, job_id=job_id, space_id=schedule.space_id,
-                                action_id=schedule.action_id, fire_at=fire_at))
+            self._emit(
+                JobEvent(
+                    kind=EventKind.FIRED,
+                    job_id=job_id,
+                    space_id=schedule.space_id,
+                    action_id=schedule.action_id,
+                    fire_at=fire_at,
+                )
+            )
         # Only after the job exists: a crash between the two leaves the schedule due, and the retry is a
         # no-op.
         moved = await self.queue.advance_schedule(
@@ -150,8 +157,16 @@ class Scheduler:
         # would report one outage once per replica.
         if moved and missed > 0:
             result.missed.append(MissedFires(space_id=schedule.space_id, action_id=schedule.action_id, count=missed))
-            self._emit(JobEvent(kind=EventKind.MISSED, job_id=job_id, space_id=schedule.space_id,
-                                action_id=schedule.action_id, fire_at=fire_at, count=missed))
+            self._emit(
+                JobEvent(
+                    kind=EventKind.MISSED,
+                    job_id=job_id,
+                    space_id=schedule.space_id,
+                    action_id=schedule.action_id,
+                    fire_at=fire_at,
+                    count=missed,
+                )
+            )
 
     # -- reconciling rows with the actions -------------------------------------------------------------------
 

@@ -114,5 +114,3 @@ def schedules_for(
     """Every usable schedule a space's actions declare, as of one instant."""
     found = (schedule_for(entry, space_id, environment, at, max_attempts) for entry in entries)
     return [schedule for schedule in found if schedule is not None]
-
-

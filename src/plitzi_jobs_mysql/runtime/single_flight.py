@@ -33,8 +33,13 @@ class KeyReleases:
     one, and keys of finished jobs linger a moment for company, so a busy worker pays a fraction of a statement
     per job rather than one."""
 
-    def __init__(self, delete_unchanged: Callable[[list[tuple[str, str]]], Awaitable[None]],
-                 on_error: Callable[[BaseException], None], *, linger_s: float | None = None) -> None:
+    def __init__(
+        self,
+        delete_unchanged: Callable[[list[tuple[str, str]]], Awaitable[None]],
+        on_error: Callable[[BaseException], None],
+        *,
+        linger_s: float | None = None,
+    ) -> None:
         self._delete = delete_unchanged
         self._on_error = on_error
         self._linger_s = RELEASE_LINGER_S if linger_s is None else linger_s
@@ -79,4 +84,3 @@ def kv_key(job_id: str) -> str:
     if len(key.encode("utf-8")) > check.KV_KEY_MAX_BYTES:
         key = KV_KEY_PREFIX + "sha256:" + hashlib.sha256(job_id.encode("utf-8")).hexdigest()
     return key
-

@@ -95,6 +95,7 @@ class JobWorker(JobRun):
         settle_succeeded = getattr(queue, "settle_succeeded", None)
         self._succeeded_settles = None
         if settle_succeeded is not None:  # the MySQL queue: one statement for many succeeded jobs
+
             async def settle_many(jobs: list[tuple[str, str | None]]) -> None:
                 await self._bounded("a settle", settle_succeeded(worker_id=self.worker_id, jobs=jobs))
 
@@ -121,7 +122,6 @@ class JobWorker(JobRun):
         cap = min(delay, MAX_JITTER_MS)
         jitter = min(cap - 1, int(float(random.random()) * cap)) if cap > 0 else 0
         return min(delay + jitter, check.MAX_DURATION_MS)
-
 
     # -- claiming --------------------------------------------------------------------------------------------
 
@@ -232,6 +232,7 @@ class JobWorker(JobRun):
         if self._stopping or held.cancel_requested:
             return False
         return self.kv is None or (held.kv_error is None and held.kv_key is not None)
+
     async def _take_keys(self, held: list[_Held]) -> None:
         """With a kv that takes many keys at once, the single-flight keys of one claim's jobs in one call
         (one statement when all were free) rather than one swap per job."""

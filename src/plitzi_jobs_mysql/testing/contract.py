@@ -38,4 +38,3 @@ class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, Operato
     def advance(self, queue: JobQueue) -> Advance:
         """Moves the queue's clock on by at least `ms`; override it where the queue takes an injected clock."""
         return real_time_advance(queue)
-

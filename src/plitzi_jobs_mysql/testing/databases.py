@@ -80,8 +80,7 @@ def _drop_database(server: MysqlUrl, name: str) -> None:
                         raise
                     logger.warning("DROP DATABASE %s waited too long (%s); ending its sessions", name, exc)
                     cur.execute(
-                        "SELECT ID FROM information_schema.PROCESSLIST"
-                        " WHERE DB = %s AND ID <> CONNECTION_ID()",
+                        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()",
                         (name,),
                     )
                     for (thread_id,) in cur.fetchall():

@@ -21,8 +21,15 @@ from collections.abc import Iterator
 from ..url import MysqlUrl
 from .host import free_port
 
-__all__ = ["DOCKER_IMAGE", "ENV_IMAGE", "ENV_NETWORK", "docker_available", "docker_image", "docker_image_ready",
-           "docker_mysql_url"]
+__all__ = [
+    "DOCKER_IMAGE",
+    "ENV_IMAGE",
+    "ENV_NETWORK",
+    "docker_available",
+    "docker_image",
+    "docker_image_ready",
+    "docker_mysql_url",
+]
 
 logger = logging.getLogger(__name__)
 

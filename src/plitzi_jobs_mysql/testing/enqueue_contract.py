@@ -62,7 +62,7 @@ class EnqueueContract:
             assert found is not None and found.id == i
 
     async def test_text_round_trips_as_data(self, queue: JobQueue) -> None:
-        hostile = "it's \"quoted\" \\ ; DROP TABLE x; -- 😀 \x00 ünï"
+        hostile = 'it\'s "quoted" \\ ; DROP TABLE x; -- 😀 \x00 ünï'
         data = {"text": hostile, hostile: [hostile], "nested": {"deep": [{"x": hostile}]}}
         assert await queue.enqueue(job(hostile, action_id=hostile, key=hostile, input=data))
         found = await queue.get_job([1], hostile)

@@ -140,7 +140,10 @@ class LeaseContract:
         await queue.enqueue(job())
         await claim_one(queue, "w1")
         await queue.settle(
-            job_id="job-1", worker_id="intruder", status="failed", error="x",
+            job_id="job-1",
+            worker_id="intruder",
+            status="failed",
+            error="x",
             attempt=AttemptOutcome(status="failed", worker_id="intruder"),
         )
         found = await queue.get_job([1], "job-1")
@@ -151,8 +154,12 @@ class LeaseContract:
         await claim_one(queue, "slow", lease_ms=50)
         await advance(51)
         await claim_one(queue, "fast", lease_ms=60_000)  # the takeover
-        await queue.settle(job_id="job-1", worker_id="slow", status="succeeded",
-                           attempt=AttemptOutcome(status="succeeded", worker_id="slow"))
+        await queue.settle(
+            job_id="job-1",
+            worker_id="slow",
+            status="succeeded",
+            attempt=AttemptOutcome(status="succeeded", worker_id="slow"),
+        )
         found = await queue.get_job([1], "job-1")
         assert found is not None and (found.status, found.worker_id) == ("running", "fast")
         assert [a.status for a in found.history] == ["lost"]
@@ -162,8 +169,12 @@ class LeaseContract:
         taken = await claim_one(queue, "w1", lease_ms=20)
         await advance(21)
         assert await now_ms(queue) > (taken.lease_until or 0)
-        await queue.settle(job_id="job-1", worker_id="w1", status="succeeded",
-                           attempt=AttemptOutcome(status="succeeded", worker_id="w1"))
+        await queue.settle(
+            job_id="job-1",
+            worker_id="w1",
+            status="succeeded",
+            attempt=AttemptOutcome(status="succeeded", worker_id="w1"),
+        )
         found = await queue.get_job([1], "job-1")
         assert found is not None and found.status == "succeeded"
 
@@ -171,8 +182,14 @@ class LeaseContract:
         await queue.enqueue(job())
         await claim_one(queue, "w1")
         before = await now_ms(queue)
-        await queue.settle(job_id="job-1", worker_id="w1", status="pending", delay_ms=60_000, error="boom",
-                           attempt=AttemptOutcome(status="failed", worker_id="w1", error="boom"))
+        await queue.settle(
+            job_id="job-1",
+            worker_id="w1",
+            status="pending",
+            delay_ms=60_000,
+            error="boom",
+            attempt=AttemptOutcome(status="failed", worker_id="w1", error="boom"),
+        )
         found = await queue.get_job([1], "job-1")
         assert found is not None and (found.status, found.attempts, found.worker_id) == ("pending", 1, None)
         assert found.run_at >= before + 60_000 and found.error == "boom" and found.lease_until is None
@@ -191,19 +208,36 @@ class LeaseContract:
         await queue.enqueue(job(max_attempts=5))
         for n in range(2):
             await claim_one(queue, "w1")
-            await queue.settle(job_id="job-1", worker_id="w1", status="pending", delay_ms=0,
-                               attempt=AttemptOutcome(status="failed", worker_id="w1", error=f"e{n}"))
+            await queue.settle(
+                job_id="job-1",
+                worker_id="w1",
+                status="pending",
+                delay_ms=0,
+                attempt=AttemptOutcome(status="failed", worker_id="w1", error=f"e{n}"),
+            )
         await claim_one(queue, "w1")
-        await queue.settle(job_id="job-1", worker_id="w1", status="failed", error="gave up",
-                           attempt=AttemptOutcome(status="failed", worker_id="w1", error="e2"))
+        await queue.settle(
+            job_id="job-1",
+            worker_id="w1",
+            status="failed",
+            error="gave up",
+            attempt=AttemptOutcome(status="failed", worker_id="w1", error="e2"),
+        )
         assert await queue.requeue([1], "job-1")
         await claim_one(queue, "w1")
-        await queue.settle(job_id="job-1", worker_id="w1", status="succeeded",
-                           attempt=AttemptOutcome(status="succeeded", worker_id="w1"))
+        await queue.settle(
+            job_id="job-1",
+            worker_id="w1",
+            status="succeeded",
+            attempt=AttemptOutcome(status="succeeded", worker_id="w1"),
+        )
         found = await queue.get_job([1], "job-1")
         assert found is not None
         assert [(a.attempt, a.status) for a in found.history] == [
-            (1, "failed"), (2, "failed"), (3, "failed"), (4, "succeeded"),
+            (1, "failed"),
+            (2, "failed"),
+            (3, "failed"),
+            (4, "succeeded"),
         ]
         assert found.attempts == 1 and found.error is None
 

@@ -18,12 +18,15 @@ class ScheduleContract:
 
     async def test_due_schedules_are_the_enabled_ones_oldest_first(self, queue: JobQueue) -> None:
         now = await now_ms(queue)
-        await queue.put_schedules(space_id=1, schedules=[
-            schedule("b", next_run_at=now - 1_000),
-            schedule("a", next_run_at=now - 2_000),
-            schedule("off", next_run_at=now - 5_000, enabled=False),
-            schedule("future", next_run_at=now + 3_600_000),
-        ])
+        await queue.put_schedules(
+            space_id=1,
+            schedules=[
+                schedule("b", next_run_at=now - 1_000),
+                schedule("a", next_run_at=now - 2_000),
+                schedule("off", next_run_at=now - 5_000, enabled=False),
+                schedule("future", next_run_at=now + 3_600_000),
+            ],
+        )
         due = await queue.due_schedules(10)
         assert [s.action_id for s in due] == ["a", "b"]
         assert [s.action_id for s in await queue.due_schedules(1)] == ["a"]
@@ -31,10 +34,12 @@ class ScheduleContract:
 
     async def test_advance_schedule_is_a_compare_and_set(self, queue: JobQueue) -> None:
         await queue.put_schedules(space_id=1, schedules=[schedule("s", next_run_at=1_000)])
-        answers = await asyncio.gather(*(
-            queue.advance_schedule(space_id=1, action_id="s", from_at=1_000, to_at=2_000 + n, missed=3)
-            for n in range(10)
-        ))
+        answers = await asyncio.gather(
+            *(
+                queue.advance_schedule(space_id=1, action_id="s", from_at=1_000, to_at=2_000 + n, missed=3)
+                for n in range(10)
+            )
+        )
         assert answers.count(True) == 1
         (stored,) = await queue.list_schedules([1])
         assert stored.next_run_at == 2_000 + answers.index(True)
@@ -138,8 +143,13 @@ class OperatorContract:
         await queue.enqueue(job(max_attempts=1))
         await claim_one(queue, "w1")
         assert await queue.requeue([1], "job-1") is False  # running, not finished
-        await queue.settle(job_id="job-1", worker_id="w1", status="dead", error="boom",
-                           attempt=AttemptOutcome(status="failed", worker_id="w1", error="boom"))
+        await queue.settle(
+            job_id="job-1",
+            worker_id="w1",
+            status="dead",
+            error="boom",
+            attempt=AttemptOutcome(status="failed", worker_id="w1", error="boom"),
+        )
         assert await queue.requeue([2], "job-1") is False
         before = await now_ms(queue)
         assert await queue.requeue([1], "job-1") is True
@@ -173,8 +183,12 @@ class OperatorContract:
         assert await queue.cancel_pending(space_id=1, key="digest", older_than="k2") == 2
         statuses = {j.id: j.status for j in (await queue.list_jobs(space_ids=[1, 2])).jobs}
         assert statuses == {
-            "k0": "cancelled", "k1": "cancelled", "k2": "pending", "k3": "pending",
-            "other-key": "pending", "other-space": "pending",
+            "k0": "cancelled",
+            "k1": "cancelled",
+            "k2": "pending",
+            "k3": "pending",
+            "other-key": "pending",
+            "other-space": "pending",
         }
         assert await queue.cancel_pending(space_id=1, key="digest", older_than="unknown") == 0
         await claim_one(queue, "w1")  # k2 (oldest pending) starts running and must be left alone

@@ -194,9 +194,7 @@ class LocalMysqlServer:
                 return
             started = time.monotonic()
             if self._port is not None and self._port_fixed and port_open(self._port):
-                raise RuntimeError(
-                    f"port {self._port} on 127.0.0.1 is already in use; cannot start the server"
-                )
+                raise RuntimeError(f"port {self._port} on 127.0.0.1 is already in use; cannot start the server")
             if self._base is None:
                 self._base = Path(tempfile.mkdtemp(prefix="plitzi-mysql-"))
                 self._initialised = False
@@ -334,9 +332,7 @@ class LocalMysqlServer:
             if self._requested_port is None and not self._port_fixed:
                 self._port = free_port()
             else:
-                raise RuntimeError(
-                    f"port {self.port} on 127.0.0.1 is already in use; cannot start the server"
-                )
+                raise RuntimeError(f"port {self.port} on 127.0.0.1 is already in use; cannot start the server")
         args = self._server_args()
         logger.debug("starting %s", " ".join(args))
         with open(self.base_dir / "stdout.log", "ab") as out:
@@ -360,13 +356,9 @@ class LocalMysqlServer:
             if code is not None:
                 if "Bind on TCP/IP port" in log_tail(self.error_log, 10):
                     raise _PortTaken(f"port {self.port} on 127.0.0.1 is already in use; {self._logs_tail()}")
-                raise RuntimeError(
-                    f"the local server exited with code {code} while starting; {self._logs_tail()}"
-                )
+                raise RuntimeError(f"the local server exited with code {code} while starting; {self._logs_tail()}")
             try:
-                conn = pymysql.connect(
-                    host="127.0.0.1", port=self.port, user="root", password="", connect_timeout=2
-                )
+                conn = pymysql.connect(host="127.0.0.1", port=self.port, user="root", password="", connect_timeout=2)
             except pymysql.err.MySQLError as exc:
                 last_error = exc
             else:

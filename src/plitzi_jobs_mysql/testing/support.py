@@ -56,7 +56,6 @@ async def claim_one(queue: JobQueue, worker: str = "w1", lease_ms: int = 60_000)
     return jobs[0]
 
 
-
 def real_time_advance(queue: JobQueue) -> Advance:
     """`advance` for a store whose clock only real time moves: waits until the store's clock has moved on."""
 

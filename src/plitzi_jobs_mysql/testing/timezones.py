@@ -50,12 +50,8 @@ def _tzinfo_sql(is_mariadb: bool) -> str:
         )
     zoneinfo = _zoneinfo_dir()
     if zoneinfo is None:
-        raise RuntimeError(
-            "cannot load the time-zone tables: no zoneinfo directory (install the tzdata package)"
-        )
-    result = subprocess.run(
-        [tool, zoneinfo], capture_output=True, check=False, timeout=120, stdin=subprocess.DEVNULL
-    )
+        raise RuntimeError("cannot load the time-zone tables: no zoneinfo directory (install the tzdata package)")
+    result = subprocess.run([tool, zoneinfo], capture_output=True, check=False, timeout=120, stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         raise RuntimeError(
             f"{tool} {zoneinfo} failed with exit code {result.returncode}: "
