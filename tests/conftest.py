@@ -74,16 +74,50 @@ class Clock:
         self.now += ms
 
 
+class SessionServers:
+    """The session's servers, started on first use (one per flavour) and stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._urls: dict[str, str] = {}
+
+    def url(self, flavour: str) -> str:
+        """A root URL (no database) of the session's server of that flavour, with the time-zone tables loaded."""
+        if flavour not in self._urls:
+            if flavour == "url":
+                url = self._stack.enter_context(mysql_server_url())
+                load_time_zones(url)
+            else:
+                url = self._stack.enter_context(throwaway_server(flavour)).url
+            self._urls[flavour] = url
+        return self._urls[flavour]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="session")
+def session_servers() -> Iterator[SessionServers]:
+    servers = SessionServers()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
 @pytest.fixture(scope="session", params=session_flavours())
-def mysql_url(request: pytest.FixtureRequest) -> Iterator[str]:
+def mysql_url(request: pytest.FixtureRequest, session_servers: SessionServers) -> str:
     """A root URL of the session's server of this flavour (no database), with the time-zone tables loaded."""
-    if request.param == "url":
-        with mysql_server_url() as url:
-            load_time_zones(url)
-            yield url
-        return
-    with throwaway_server(request.param) as server:
-        yield server.url
+    return session_servers.url(request.param)
+
+
+@contextlib.contextmanager
+def flavour_database(request: pytest.FixtureRequest, flavour: str, prefix: str = "pjm_test") -> Iterator[str]:
+    """A fresh database on the session's server of `flavour`, for a fixture whose own parameters name the
+    flavour beside stores that need no server (memory): `params=["memory", *session_flavours()]`."""
+    servers: SessionServers = request.getfixturevalue("session_servers")
+    with fresh_database(servers.url(flavour), prefix) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

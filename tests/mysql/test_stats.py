@@ -16,7 +16,7 @@ from plitzi_jobs_mysql import (
     create_mysql_job_queue,
 )
 from plitzi_jobs_mysql.memory import wall_clock_ms
-from tests.conftest import Clock, open_pool
+from tests.conftest import Clock, flavour_database, open_pool, session_flavours
 
 
 @pytest.fixture
@@ -24,17 +24,18 @@ def clock() -> Clock:
     return Clock(wall_clock_ms())
 
 
-@pytest.fixture(params=["memory", "mysql"])
+@pytest.fixture(params=["memory", *session_flavours()])
 async def queue(request: pytest.FixtureRequest, clock: Clock) -> AsyncIterator[Any]:
     if request.param == "memory":
         yield create_memory_job_queue(clock=clock)
         return
-    pool = await open_pool(request.getfixturevalue("database_url"))
-    try:
-        yield create_mysql_job_queue(pool, clock=clock)
-    finally:
-        pool.close()
-        await pool.wait_closed()
+    with flavour_database(request, request.param) as url:
+        pool = await open_pool(url)
+        try:
+            yield create_mysql_job_queue(pool, clock=clock)
+        finally:
+            pool.close()
+            await pool.wait_closed()
 
 
 def job(id_: str, space: int, due_at: int) -> JobInput:
