@@ -43,10 +43,11 @@ CONFLICTS = frozenset({
     ER.LOCK_DEADLOCK, ER.LOCK_WAIT_TIMEOUT, ER_LOCK_NOWAIT, ER_TRANSACTION_ROLLBACK_DURING_COMMIT,
     ER.ERROR_DURING_COMMIT,
 })  # fmt: skip
-# Cannot connect (socket, TCP, unknown host), gone away, lost mid-call.
+# Cannot connect (socket, TCP, unknown host), gone away, lost mid-call; or the server is shutting down (1053: MySQL
+# answers a statement with it on a connection it is about to close).
 UNREACHABLE = frozenset({
     CR.CR_CONNECTION_ERROR, CR.CR_CONN_HOST_ERROR, CR.CR_UNKNOWN_HOST, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST,
-    CR.CR_SERVER_LOST_EXTENDED,
+    CR.CR_SERVER_LOST_EXTENDED, ER.SERVER_SHUTDOWN,
 })  # fmt: skip
 # The server refuses writes: --read-only (1290), a read-only transaction (1792), innodb_read_only (1836), and a
 # Galera node outside the primary component (1047, "WSREP has not yet prepared node for application use").
