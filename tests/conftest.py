@@ -265,3 +265,12 @@ def empty_tables(url: str, prefix: str = "") -> None:
         conn.commit()
     finally:
         conn.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Says where the dashboard's browser tests left their screenshots, when they ran."""
+    from tests.harness.dashboard import ARTIFACTS
+
+    shots = sorted(ARTIFACTS.glob("*.png")) if ARTIFACTS.exists() else []
+    if shots:
+        terminalreporter.write_line(f"dashboard screenshots ({len(shots)}): {ARTIFACTS}")

@@ -8,7 +8,7 @@ from .assembly.signals import close_on_signals
 from .contract.clock import StoreClock, create_store_clock
 from .contract.cron import cron_fires_between, cron_next_fire, is_known_time_zone
 from .contract.events import EventHook, EventKind, JobEvent
-from .contract.protocols import JobQueue, KvStore
+from .contract.protocols import JobQueue, KvStore, OperatorReads
 from .contract.wakeups import LocalWakeups, WakeupChannel
 from .errors import (
     ConnectionCharsetError,
@@ -31,6 +31,7 @@ from .records import (
     Attempt,
     AttemptOutcome,
     AttemptStatus,
+    FinishedCount,
     Job,
     JobInput,
     JobPage,
@@ -55,6 +56,7 @@ __all__ = [
     "ConnectionCharsetError",
     "EventHook",
     "EventKind",
+    "FinishedCount",
     "Job",
     "JobEvent",
     "JobInput",
@@ -68,6 +70,7 @@ __all__ = [
     "MissedFires",
     "MysqlJobQueue",
     "MysqlKv",
+    "OperatorReads",
     "PayloadTooLargeError",
     "PermanentFailure",
     "PlitziJobsError",

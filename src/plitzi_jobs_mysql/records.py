@@ -190,6 +190,18 @@ class QueueStats:
         return cls(now=now, actions=actions, **summed([row for rows in per_action.values() for row in rows]))
 
 
+@dataclass(frozen=True, kw_only=True)
+class FinishedCount:
+    """How many jobs of one space and action finished in one terminal status within one bucket of time
+    (`finished_counts`: what the dashboard's chart draws)."""
+
+    space_id: int
+    action_id: str
+    status: str  # a terminal status
+    bucket_at: int  # the bucket's first instant: a multiple of the bucket's length, epoch ms
+    count: int
+
+
 def schedule_job_id(space_id: int, action_id: str, fire_at: int) -> str:
     """The id a fire gets, and the whole of the exactly-once guarantee.
 

@@ -97,6 +97,10 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
     package = {name for name in names if name.startswith("plitzi_jobs_mysql/")}
     stale = sorted(package - {path.removeprefix("src/") for path in tracked})
     assert not stale, f"in the wheel but not in the checkout: {stale}"
+    # The dashboard's templates and stylesheet ship too: nothing is fetched or built when it is installed.
+    assets = {n for n in names if n.startswith("plitzi_jobs_mysql/web/") and not n.endswith(".py")}
+    assert {"plitzi_jobs_mysql/web/templates/overview.html", "plitzi_jobs_mysql/web/static/dashboard.css"} <= assets
+    assert "Provides-Extra: web" in meta and re.search(r"Requires-Dist: starlette.*extra == .web.", meta)
 
     with tarfile.open(installed.sdist) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
@@ -241,3 +245,35 @@ def test_the_installed_package_is_the_wheel(installed: Installed) -> None:
     result = installed.run(installed.python, "-c", "import plitzi_jobs_mysql; print(plitzi_jobs_mysql.__file__)")
     _check(result, "import")
     assert Path(result.stdout.strip()).is_relative_to(installed.venv), result.stdout
+
+
+DASHBOARD_FROM_THE_WHEEL = """
+import asyncio, sys
+
+import httpx
+
+from plitzi_jobs_mysql import create_memory_job_queue
+from plitzi_jobs_mysql.web import create_dashboard
+
+
+async def main() -> None:
+    app = create_dashboard(create_memory_job_queue())
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+        for path in ("/", "/jobs", "/schedules", "/static/dashboard.css"):
+            answer = await client.get(path)
+            print(path, answer.status_code, len(answer.text) > 200)
+
+
+asyncio.run(main())
+"""
+
+
+def test_the_dashboard_runs_from_the_wheel_with_the_web_extra(installed: Installed) -> None:
+    _check(installed.run(installed.python, "-m", "pip", "install", "-q", f"{installed.wheel}[web]", "httpx"),
+           "pip install the web extra")  # fmt: skip
+    result = installed.run(installed.python, "-c", DASHBOARD_FROM_THE_WHEEL)
+    _check(result, "the dashboard from the wheel")
+    assert result.stdout.split("\n")[:4] == [
+        f"{p} 200 True" for p in ("/", "/jobs", "/schedules", "/static/dashboard.css")
+    ]
+    _check(installed.run("plitzi-jobs-mysql", "dashboard", "--help"), "plitzi-jobs-mysql dashboard --help")

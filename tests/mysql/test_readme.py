@@ -95,3 +95,31 @@ def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
     assert jobs.worker._emit.hook is namespace["on_event"] is jobs.scheduler._emit.hook
     namespace["on_event"](JobEvent(kind=EventKind.DEAD, job_id="j", space_id=1, action_id="a", message="boom"))
     assert paged == ["a gave up on j: boom"]
+
+
+async def test_the_dashboard_mounts_in_a_starlette_app(database_url: str, monkeypatch: Any) -> None:
+    import httpx
+
+    from tests.conftest import pooled
+
+    (block,) = [b for b in python_blocks() if "create_dashboard" in b]
+    token = "a-token-for-the-readme-example"
+    monkeypatch.setenv("JOBS_DASHBOARD_TOKEN", token)
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    async with pooled(database_url) as pool:
+        from plitzi_jobs_mysql import create_mysql_job_queue
+
+        await create_mysql_job_queue(pool).get_job([1], "x")  # the tables, as the application's replicas make them
+        app = namespace["build_app"](pool)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            assert (await client.get("/")).text == "your application"
+            assert (await client.get("/ops/jobs/jobs")).status_code == 401
+            login = await client.get("/ops/jobs/", headers={"accept": "text/html"})
+            assert login.status_code == 303 and login.headers["location"] == "/ops/jobs/login?next=%2F"
+            page = await client.get("/ops/jobs/jobs", headers={"authorization": f"Bearer {token}"})
+            assert page.status_code == 200 and 'href="/ops/jobs/static/dashboard.css"' in page.text
+            assert (await client.get("/ops/jobs/static/dashboard.css")).status_code == 200
+            refused = await client.get("/ops/jobs/jobs?space=2", headers={"authorization": f"Bearer {token}"})
+            assert refused.status_code == 400  # spaces=[1]

@@ -8,6 +8,8 @@
     plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
     plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
                                                              due job's age, lapsed leases
+    plitzi-jobs-mysql dashboard [--host 127.0.0.1] [--port 8787] [--read-only] [--token-env NAME] [--space N]
+                                                             the operators' dashboard in the browser (web extra)
     plitzi-jobs-mysql --version
 
 Without `--space`, `jobs list`, `schedules list` and `stats` cover every space (a page at a time).
@@ -41,6 +43,7 @@ from ..mysql.schema.state import (
 )
 from ..records import JobStatus
 from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
+from .dashboard import add_parser as add_dashboard_parser
 from .jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
 from .output import print_json, scope, table, when
 
@@ -252,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stats", parents=[common, any_space], help="per space and action: counts, oldest due job, lapsed leases"
     )
     stats.set_defaults(func=cmd_stats)
+    add_dashboard_parser(commands, conn, _space_id)
     return parser
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from ..records import AttemptOutcome, Job, JobInput, JobPage, Schedule, ScheduleInput
+from ..records import AttemptOutcome, FinishedCount, Job, JobInput, JobPage, QueueStats, Schedule, ScheduleInput
 
 
 @runtime_checkable
@@ -117,6 +117,26 @@ class JobQueue(Protocol):
     async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
         """Cancels the space's `pending` jobs carrying `key`; with `older_than`, only those enqueued before that
         job (by enqueue order; an unknown id cancels nothing). Running jobs are untouched. Answers how many."""
+        ...
+
+
+@runtime_checkable
+class OperatorReads(Protocol):
+    """What an operator's view reads beyond `JobQueue`. Both stores here have it; the dashboard draws its overview
+    from it when the queue it is given does (a user's own store may leave it out)."""
+
+    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
+        """Per space and action: jobs by status, due pending jobs, the oldest due one, lapsed leases (None: every
+        space)."""
+        ...
+
+    async def finished_counts(
+        self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000
+    ) -> list[FinishedCount]:
+        """Jobs that finished (a terminal status) at an instant in `[since, until)`, counted per space, action,
+        status and bucket (`bucket_at` = the instant rounded down to a multiple of `bucket_ms`), ordered by bucket,
+        space, action and status; groups with no job are left out. A finished job counts at the instant it
+        finished; one requeued since counts no more. `space_ids=None`: every space."""
         ...
 
 

@@ -304,6 +304,27 @@ def list_jobs_args(ids: object, action_id: object, status: object, count: object
     return spaces
 
 
+#: `finished_counts` buckets: a minute to a day, and at most this many in one window.
+BUCKET_MIN_MS: Final = 60_000
+BUCKET_MAX_MS: Final = 86_400_000
+MAX_BUCKETS: Final = 1_000
+
+
+def finished_counts_args(ids: object, since: object, until: object, bucket_ms: object) -> list[int] | None:
+    spaces = space_ids_or_all(ids)
+    instant("since", since)
+    instant("until", until)
+    integer("bucket_ms", bucket_ms, BUCKET_MIN_MS, BUCKET_MAX_MS)
+    assert isinstance(since, int) and isinstance(until, int) and isinstance(bucket_ms, int)
+    if until < since:
+        raise ValueError(f"until ({until}) is before since ({since})")
+    if (until - since) // bucket_ms > MAX_BUCKETS:
+        raise ValueError(
+            f"at most {MAX_BUCKETS} buckets of {bucket_ms} ms fit one call; widen bucket_ms or narrow the window"
+        )
+    return spaces
+
+
 def cancel_pending_args(space: object, key: object, older_than: object) -> None:
     space_id(space)
     text("key", key, ID_MAX_CHARS)

@@ -21,6 +21,7 @@ from ..records import (
     TERMINAL_STATUSES,
     Attempt,
     AttemptOutcome,
+    FinishedCount,
     Job,
     JobInput,
     JobPage,
@@ -330,6 +331,25 @@ class MemoryJobQueue:
                 (job.space_id, job.action_id, job.status, 1, int(due), job.run_at if due else None, int(lapsed))
             )
         return QueueStats.from_groups(now, groups)
+
+    async def finished_counts(
+        self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000
+    ) -> list[FinishedCount]:
+        spaces = check.finished_counts_args(space_ids, since, until, bucket_ms)
+        counts: dict[tuple[int, int, str, str], int] = {}
+        for row in self._jobs.values():
+            job = row.job  # a finished job's run_at is the instant it finished
+            if (
+                job.status in TERMINAL_STATUSES
+                and since <= job.run_at < until
+                and (spaces is None or job.space_id in spaces)
+            ):
+                group = (job.run_at // bucket_ms * bucket_ms, job.space_id, job.action_id, job.status)
+                counts[group] = counts.get(group, 0) + 1
+        return [
+            FinishedCount(space_id=space, action_id=action, status=status, bucket_at=at, count=count)
+            for (at, space, action, status), count in sorted(counts.items())
+        ]
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract import validation as check
-from ..records import Job, JobPage, QueueStats
+from ..records import FinishedCount, Job, JobPage, QueueStats
 from .queue_core import QueueCore
 from .rows import job_from_row
 from .session import Connection, as_text
@@ -61,6 +61,23 @@ class OperatorCalls(QueueCore):
                 for space, action, status, count, due, oldest, lapsed in rows
             ),
         )  # fmt: skip
+
+    async def finished_counts(
+        self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000
+    ) -> list[FinishedCount]:
+        spaces = check.finished_counts_args(space_ids, since, until, bucket_ms)
+        if spaces == []:
+            return []
+        where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
+        statement = self._sql.finished_counts.format(where=where)
+        args = {"since": since, "until": until, "bucket": bucket_ms, "spaces": spaces}
+        rows = await self._store.run(lambda conn: conn.fetch(statement, args))
+        counts = [
+            FinishedCount(space_id=int(space), action_id=as_text(action), status=as_text(status),
+                          bucket_at=int(bucket) * bucket_ms, count=int(count))
+            for space, action, status, bucket, count in rows
+        ]  # fmt: skip
+        return sorted(counts, key=lambda c: (c.bucket_at, c.space_id, c.action_id, c.status))
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)

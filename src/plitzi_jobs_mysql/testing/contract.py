@@ -20,6 +20,7 @@ from __future__ import annotations
 import pytest
 
 from ..contract.protocols import JobQueue
+from .activity_contract import ActivityContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
@@ -29,7 +30,7 @@ from .support import Advance, real_time_advance
 __all__ = ["JobQueueContract", "KvContract"]
 
 
-class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, OperatorContract):
+class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 
     pytestmark = pytest.mark.asyncio

@@ -1,0 +1,173 @@
+"""The dashboard's pages at scale (issue 22.4): server time per page with 1,000,000 finished and 100,000 waiting jobs.
+
+    python bench/dashboard.py [--finished 1000000] [--waiting 100000] [--days 7] [--reps 5]
+
+Each page is requested through the ASGI app in this process (no network, no browser: the server's time only),
+median of `--reps`, after one warm-up request; the overview's first request (its chart's closed hours not yet
+counted) is reported apart. Finished jobs are spread over the last `--days` days (1,000,000 over 7 days is about 1.7
+jobs/s), the waiting ones are due over the last hour. The server is PLITZI_MYSQL_URL if set, else a throwaway one;
+the bench's database is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import sys
+import time
+from typing import Any
+
+import aiomysql
+import httpx
+import pymysql
+
+from plitzi_jobs_mysql import ScheduleInput, create_mysql_job_queue
+from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
+from plitzi_jobs_mysql.url import parse_mysql_url
+from plitzi_jobs_mysql.web import create_dashboard
+
+TARGET_MS = 200
+BATCH = 5_000
+ACTIONS = [f"action-{n}" for n in range(10)]
+FINISHED = ("succeeded", "succeeded", "succeeded", "dead", "cancelled")
+HISTORY = '[{"attempt": 1, "status": "succeeded", "started_at": 0, "ended_at": 0, "worker_id": "w"}]'
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def fill(url: str, finished: int, waiting: int, days: int) -> None:
+    conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
+    rng = random.Random(22)
+    insert = ("INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,"
+              " status, run_at, attempts, created_at, updated_at, history) VALUES ")  # fmt: skip
+    row = "(%s, 1, %s, 'main', 'bench', '{\"n\": 1}', %s, 3, %s, %s, %s, %s, %s, %s)"
+    with conn.cursor() as cur:
+        cur.execute("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000")
+        now = int(cur.fetchone()[0])
+        started = time.monotonic()
+        for kind, count in (("finished", finished), ("waiting", waiting)):
+            for base in range(0, count, BATCH):
+                values: list[Any] = []
+                n = min(BATCH, count - base)
+                for i in range(base, base + n):
+                    if kind == "finished":
+                        at = now - rng.randrange(days * 86_400_000)
+                        status = FINISHED[i % len(FINISHED)]
+                        history = (
+                            '[{"attempt": 1, "status": "succeeded", "started_at": 0, "ended_at": 0, "worker_id": "w"}]'
+                        )
+                        values += [f"f-{i}", ACTIONS[i % 10], at - 1000, status, at, 1, at - 1000, at, history]
+                    else:
+                        at = now - rng.randrange(3_600_000)
+                        values += [f"w-{i}", ACTIONS[i % 10], at, "pending", at, 0, at, at, "[]"]
+                cur.execute(insert + ", ".join([row] * n), values)
+            log(f"  {count:,} {kind} jobs in {time.monotonic() - started:.0f} s")
+        cur.execute("ANALYZE TABLE action_jobs")
+    conn.close()
+
+
+async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
+    kwargs = parse_mysql_url(url).aiomysql_kwargs()
+    pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=4, autocommit=True)
+    try:
+        queue = create_mysql_job_queue(pool)
+        now = int((await queue.now()).timestamp() * 1000)
+        schedules = [
+            ScheduleInput(space_id=1, action_id=a, cron="*/5 * * * *", environment="main", enabled=True,
+                          next_run_at=now + 60_000, max_attempts=3, timezone="Europe/Berlin")
+            for a in ACTIONS
+        ]  # fmt: skip
+        await queue.put_schedules(space_id=1, schedules=schedules)
+        app = create_dashboard(queue)
+        pages = {
+            "overview": "/",
+            "jobs, first page": "/jobs",
+            "jobs, one space": "/jobs?space=1",
+            "jobs by action": "/jobs?space=1&action=action-3",
+            "jobs by status (pending)": "/jobs?status=pending",
+            "jobs by status (dead)": "/jobs?space=1&status=dead",
+            "jobs, page 1,000 (offset 50,000)": "/jobs?offset=50000",
+            "a job by id (jobs page)": "/jobs?space=1&id=f-4242",
+            "one job": "/job?space=1&id=f-4242",
+            "schedules": "/schedules",
+        }
+        results = []
+        # The queue reads the pages stand on, alone: which part of a page's time is whose.
+        hour = now // 3_600_000 * 3_600_000
+        reads = {
+            "read: stats() (overview counts)": lambda: queue.stats(space_ids=None),
+            "read: finished_counts, current hour (overview chart, warm)": lambda: queue.finished_counts(
+                space_ids=None, since=hour, until=now + 1),
+            "read: finished_counts, 24 hours (overview chart, cold)": lambda: queue.finished_counts(
+                space_ids=None, since=hour - 23 * 3_600_000, until=now + 1),
+            "read: list_jobs(limit=50) with its exact total": lambda: queue.list_jobs(space_ids=None, limit=50),
+        }  # fmt: skip
+        for name, call in reads.items():
+            await call()
+            times = []
+            for _ in range(reps):
+                started = time.perf_counter()
+                await call()
+                times.append((time.perf_counter() - started) * 1000)
+            results.append((name, statistics.median(times), times))
+            log(f"  {name}: {statistics.median(times):.1f} ms")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1",
+                                     timeout=600) as client:  # fmt: skip
+            started = time.perf_counter()
+            first = await client.get("/")
+            assert first.status_code == 200, first.text[-500:]
+            results.append(
+                ("overview, first request (every closed hour counted)", (time.perf_counter() - started) * 1000, [])
+            )
+            for name, path in pages.items():
+                answer = await client.get(path)  # warm-up
+                assert answer.status_code == 200, (path, answer.status_code, answer.text[-300:])
+                times = []
+                for _ in range(reps):
+                    started = time.perf_counter()
+                    await client.get(path)
+                    times.append((time.perf_counter() - started) * 1000)
+                results.append((name, statistics.median(times), times))
+                log(f"  {name}: {statistics.median(times):.1f} ms")
+        return results
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--finished", type=int, default=1_000_000)
+    parser.add_argument("--waiting", type=int, default=100_000)
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    with mysql_server_url() as server, fresh_database(server, "bench_dash") as url:
+        asyncio.run(_tables(url))
+        log(f"filling {args.finished:,} finished + {args.waiting:,} waiting jobs")
+        fill(url, args.finished, args.waiting, args.days)
+        results = asyncio.run(measure(url, args.reps))
+    print(f"\n{args.finished:,} finished + {args.waiting:,} waiting jobs (finished over {args.days} days), "
+          f"server time per page, median of {args.reps} (target < {TARGET_MS} ms)\n")  # fmt: skip
+    print("| page | ms | target |\n|---|---|---|")
+    for name, ms, _times in results:
+        verdict = "" if not _times else ("pass" if ms < TARGET_MS else "**over**")
+        print(f"| {name} | {ms:,.1f} | {verdict} |")
+    return 0
+
+
+async def _tables(url: str) -> None:
+    pool = await aiomysql.create_pool(**parse_mysql_url(url).aiomysql_kwargs(), minsize=1, maxsize=1, autocommit=True)
+    try:
+        await create_mysql_job_queue(pool).get_job([1], "-")
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
