@@ -18,7 +18,6 @@ import aiomysql
 import pymysql
 import pytest
 
-from plitzi_jobs_mysql import JobInput
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.testing.server import ENV_URL
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -58,20 +57,6 @@ def throwaway_server(flavour: str, **options: Any) -> CrashableServer:
 def is_mysql(url: str) -> bool:
     """Whether the server at `url` is Oracle MySQL (not MariaDB)."""
     return "mariadb" not in str(sql(url, "SELECT VERSION()")[0][0]).lower()
-
-
-class Clock:
-    """An injectable epoch-ms clock that moves only when a test moves it."""
-
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-    async def advance(self, ms: int) -> None:
-        """The contract's `advance` for a queue built over this clock."""
-        self.now += ms
 
 
 class SessionServers:
@@ -205,21 +190,6 @@ def numbers(count: int) -> str:
     value = " + ".join(f"d{i}.d * {10**i}" for i in range(places))
     tables = ", ".join(f"{digits} AS d{i}" for i in range(places))
     return f"(SELECT {value} + 1 AS seq FROM {tables}) AS numbers WHERE seq <= {count}"
-
-
-def job(id: str, **fields: Any) -> JobInput:
-    """A due job with plain defaults; `fields` override any of them."""
-    values: dict[str, Any] = {
-        "space_id": 1,
-        "action_id": "a",
-        "environment": "main",
-        "trigger": "t",
-        "input": {},
-        "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
 
 
 def sql_session(url: str, statements: list[str]) -> None:

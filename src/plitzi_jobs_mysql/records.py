@@ -81,6 +81,9 @@ class Job(JobInput):
     run_id: str | None = None
     cancel_requested: bool = False
     error: str | None = None
+    #: The instant of the claim that holds (or last held) the job: every claim of a job gets a later one, so it
+    #: tells one claim from the next, even by the same worker within one millisecond (`settle(claimed_at=...)`).
+    claimed_at: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +94,16 @@ class AttemptOutcome:
     worker_id: str
     run_id: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SucceededJob:
+    """One job of a `settle_succeeded` call: settled as `settle(status="succeeded", run_id=run_id,
+    claimed_at=claimed_at, attempt=AttemptOutcome(status="succeeded", ...))` would settle it."""
+
+    job_id: str
+    run_id: str | None = None
+    claimed_at: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,6 @@ import pytest
 from plitzi_jobs_mysql import (
     ActionEntry,
     AttemptOutcome,
-    JobInput,
     MysqlJobQueue,
     ScheduleInput,
     create_mysql_job_queue,
@@ -37,6 +36,7 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import open_pool
 from ..harness.galera import GaleraCluster, galera_missing_reason
+from ..support import job, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -68,14 +68,6 @@ def node_sql(url: str, statement: str, args: Any = None) -> list[tuple[Any, ...]
         conn.close()
 
 
-def wait_for(condition: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def database(cluster: GaleraCluster) -> Iterator[list[str]]:
     """A fresh database made on node 1 (DDL replicates), as one URL per node."""
@@ -83,7 +75,7 @@ def database(cluster: GaleraCluster) -> Iterator[list[str]]:
         name = parse_mysql_url(url).database
         urls = [parse_mysql_url(node).with_database(name).render(hide_password=False) for node in cluster.urls]
         for node in cluster.urls:
-            wait_for(lambda node=node: bool(node_sql(node, "SHOW DATABASES LIKE %s", (name,))), f"{name} on {node}")
+            wait_until(lambda node=node: bool(node_sql(node, "SHOW DATABASES LIKE %s", (name,))), f"{name} on {node}")
         yield urls
 
 
@@ -98,7 +90,7 @@ async def open_node_pools(database: list[str], **options: Any) -> list[Any]:
     await create_mysql_job_queue(opened[0]).now()
     await create_mysql_kv(opened[0]).get("warm")
     for url in database:
-        wait_for(lambda url=url: len(node_sql(url, "SHOW TABLES")) == 3, f"the tables on {url}")
+        wait_until(lambda url=url: len(node_sql(url, "SHOW TABLES")) == 3, f"the tables on {url}")
     return opened
 
 
@@ -139,20 +131,6 @@ class ConflictCounter:
             monkeypatch.setattr(module, "is_conflict", counted)
 
 
-def job(id: str, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {
-        "space_id": 1,
-        "action_id": "a",
-        "environment": "main",
-        "trigger": "t",
-        "input": {"n": id},
-        "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
-
-
 async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
     pools: list[Any], database: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,11 +142,13 @@ async def test_claimers_and_settlers_on_different_nodes_drain_every_job_once(
     started = time.monotonic()
     shared = ids[:300]
     own = [ids[300 + i :: 3] for i in range(3)]
-    answers = await asyncio.gather(*(queues[i].enqueue_many([job(x) for x in shared + own[i]]) for i in range(3)))
+    answers = await asyncio.gather(
+        *(queues[i].enqueue_many([job(x, input={"n": x}) for x in shared + own[i]]) for i in range(3))
+    )
     created = sum(a.count(True) for a in answers)
     enqueue_s = time.monotonic() - started
     assert created == JOBS, f"{created} creations answered True for {JOBS} distinct ids"
-    wait_for(lambda: all(node_sql(u, "SELECT COUNT(*) FROM action_jobs")[0][0] == JOBS for u in database), "jobs")
+    wait_until(lambda: all(node_sql(u, "SELECT COUNT(*) FROM action_jobs")[0][0] == JOBS for u in database), "jobs")
 
     # Claimers on node i hand their jobs to a settler on node i+1: the claim and the settle meet on different
     # primaries.
@@ -287,7 +267,7 @@ async def test_schedules_swept_from_every_node_fire_once(
                 for a in range(per_space)
             ],
         )
-    wait_for(
+    wait_until(
         lambda: all(
             node_sql(u, "SELECT COUNT(*) FROM action_schedules WHERE action_id <> ''")[0][0] == spaces * per_space
             for u in database
@@ -365,7 +345,7 @@ async def test_kv_swaps_racing_across_nodes_have_exactly_one_winner(
         if len(winners) != 1:
             continue
         holder = winners[0][1]
-        wait_for(
+        wait_until(
             lambda key=key, holder=holder: all(
                 node_sql(u, "SELECT v FROM action_kv WHERE k = %s", (key,)) == [(holder,)] for u in database
             ),

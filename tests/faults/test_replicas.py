@@ -7,14 +7,12 @@ a deadline, generous for a busy two-core machine.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 import signal
 import subprocess
-import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -22,11 +20,12 @@ from typing import Any
 import aiomysql
 import pytest
 
-from plitzi_jobs_mysql import JobInput, ScheduleInput, create_mysql_job_queue, schedule_job_id
+from plitzi_jobs_mysql import ScheduleInput, create_mysql_job_queue, schedule_job_id
 from plitzi_jobs_mysql.url import parse_mysql_url
 from tests.harness.replica import LedgerRow, read_ledger, spawn_replica
 
 from ..conftest import sql
+from ..support import job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -62,11 +61,17 @@ class Replicas:
         return "\n".join(f"--- {name}\n{self.log(name)[-3000:]}" for name in self.processes)
 
     async def wait_ready(self, *names: str, within: float = 60) -> None:
-        await wait_for(lambda: all(" ready (pid " in self.log(name) for name in names), within, "replicas ready", self)
+        await wait_for(
+            lambda: all(" ready (pid " in self.log(name) for name in names),
+            within,
+            "replicas ready",
+            every=0.1,
+            detail=self.logs,
+        )
 
     async def wait_exit(self, name: str, within: float = 60) -> int:
         process = self.processes[name]
-        await wait_for(lambda: process.poll() is not None, within, f"{name} to exit", self)
+        await wait_for(lambda: process.poll() is not None, within, f"{name} to exit", every=0.1, detail=self.logs)
         code = process.returncode
         assert code is not None
         return code
@@ -86,23 +91,6 @@ def replicas(database_url: str, tmp_path: Path) -> Iterator[Replicas]:
         yield group
     finally:
         group.kill_all()
-
-
-async def wait_for(
-    condition: Callable[[], Any | Awaitable[Any]], within: float, what: str, replicas: Replicas | None = None
-) -> Any:
-    """Polls `condition` (sync or async) until it answers something truthy; fails after `within` seconds."""
-    deadline = time.monotonic() + within
-    while True:
-        value = condition()
-        if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            detail = f"\n{replicas.logs()}" if replicas is not None else ""
-            pytest.fail(f"timed out after {within:.0f} s waiting for {what}{detail}")
-        await asyncio.sleep(0.1)
 
 
 @pytest.fixture
@@ -132,19 +120,6 @@ def server_now(url: str) -> datetime:
 
 async def now_ms(queue: Any) -> int:
     return int((await queue.now()).timestamp() * 1000)
-
-
-def job(job_id: str, due_at: int, max_attempts: int = 3, **input_: Any) -> JobInput:
-    return JobInput(
-        id=job_id,
-        space_id=SPACE,
-        action_id="test",
-        environment="main",
-        trigger="manual",
-        input=input_,
-        due_at=due_at,
-        max_attempts=max_attempts,
-    )
 
 
 def runs_by_job(ledger: list[LedgerRow]) -> dict[str, list[LedgerRow]]:
@@ -202,7 +177,7 @@ async def test_five_schedulers_produce_exactly_one_job_per_fire(database_url: st
             schedules = await queue.list_schedules([SPACE])
             return all(s.last_fire_at == fire_at and s.next_run_at > fire_at for s in schedules)
 
-        await wait_for(swept, 60, f"the fire at {fire_at} to be swept", replicas)
+        await wait_for(swept, 60, f"the fire at {fire_at} to be swept", every=0.1, detail=replicas.logs)
 
     for name in names:
         replicas.processes[name].send_signal(signal.SIGTERM)
@@ -248,10 +223,18 @@ async def test_three_workers_drain_two_thousand_jobs_each_exactly_once(
 
     due = await now_ms(queue)
     total = 2_000
-    created = await queue.enqueue_many([job(f"bulk-{i:04d}", due) for i in range(total)])
+    created = await queue.enqueue_many(
+        [job(f"bulk-{i:04d}", space_id=SPACE, action_id="test", due_at=due) for i in range(total)]
+    )
     assert all(created)
 
-    await wait_for(lambda: status_counts(database_url).get("succeeded", 0) == total, 120, "the drain", replicas)
+    await wait_for(
+        lambda: status_counts(database_url).get("succeeded", 0) == total,
+        120,
+        "the drain",
+        every=0.1,
+        detail=replicas.logs,
+    )
     for name in names:
         replicas.processes[name].send_signal(signal.SIGTERM)
     for name in names:
@@ -280,12 +263,14 @@ async def test_a_worker_killed_mid_job_loses_the_attempt_and_another_takes_the_j
 
     due = await now_ms(queue)
     ids = [f"long-{i}" for i in range(4)]
-    await queue.enqueue_many([job(job_id, due, sleep_ms=3_000) for job_id in ids])
+    await queue.enqueue_many(
+        [job(job_id, space_id=SPACE, action_id="test", due_at=due, input={"sleep_ms": 3_000}) for job_id in ids]
+    )
 
     def a_victim() -> list[LedgerRow]:
         return [r for r in read_ledger(database_url) if r.outcome == "running"]
 
-    running = await wait_for(a_victim, 60, "a job to start", replicas)
+    running = await wait_for(a_victim, 60, "a job to start", every=0.1, detail=replicas.logs)
     victim = running[0].worker_id
     survivor = "worker-b" if victim == "worker-a" else "worker-a"
     process = replicas.processes[victim]
@@ -294,7 +279,13 @@ async def test_a_worker_killed_mid_job_loses_the_attempt_and_another_takes_the_j
     killed_at = server_now(database_url)
     assert process.returncode == -signal.SIGKILL
 
-    await wait_for(lambda: status_counts(database_url).get("succeeded", 0) == len(ids), 90, "the takeover", replicas)
+    await wait_for(
+        lambda: status_counts(database_url).get("succeeded", 0) == len(ids),
+        90,
+        "the takeover",
+        every=0.1,
+        detail=replicas.logs,
+    )
     replicas.processes[survivor].send_signal(signal.SIGTERM)
     assert await replicas.wait_exit(survivor) == 0, replicas.logs()
 
@@ -328,11 +319,19 @@ async def test_sigterm_finishes_the_running_job_past_its_lease_and_leaves_the_wa
 
     due = await now_ms(queue)
     # Oldest first for a single claimer: the long job is the one it takes, and its one slot stays busy.
-    await queue.enqueue(job("long", due - 1_000, sleep_ms=4 * lease_ms))
+    await queue.enqueue(
+        job("long", space_id=SPACE, action_id="test", due_at=due - 1_000, input={"sleep_ms": 4 * lease_ms})
+    )
     waiting = [f"waiting-{i}" for i in range(5)]
-    await queue.enqueue_many([job(job_id, due) for job_id in waiting])
+    await queue.enqueue_many([job(job_id, space_id=SPACE, action_id="test", due_at=due) for job_id in waiting])
 
-    await wait_for(lambda: any(r.job_id == "long" for r in read_ledger(database_url)), 60, "the long job", replicas)
+    await wait_for(
+        lambda: any(r.job_id == "long" for r in read_ledger(database_url)),
+        60,
+        "the long job",
+        every=0.1,
+        detail=replicas.logs,
+    )
     replicas.processes["worker-a"].send_signal(signal.SIGTERM)
     # Another replica is running while the first drains: it must not take the long job (heartbeats keep its
     # lease), and it takes the waiting ones.
@@ -350,7 +349,11 @@ async def test_sigterm_finishes_the_running_job_past_its_lease_and_leaves_the_wa
     assert "SIGTERM: finishing what is running" in replicas.log("worker-a")
 
     await wait_for(
-        lambda: status_counts(database_url).get("succeeded", 0) == 1 + len(waiting), 60, "the others", replicas
+        lambda: status_counts(database_url).get("succeeded", 0) == 1 + len(waiting),
+        60,
+        "the others",
+        every=0.1,
+        detail=replicas.logs,
     )
     replicas.processes["worker-b"].send_signal(signal.SIGTERM)
     assert await replicas.wait_exit("worker-b") == 0, replicas.logs()

@@ -17,6 +17,7 @@ from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import mariadb_client, sql
+from ..support import job
 
 TABLES = ("action_jobs", "action_schedules", "action_kv")
 
@@ -78,14 +79,11 @@ def seed(url: str, prefix: str = "") -> int:
             queue = create_mysql_job_queue(pool, table_prefix=prefix, create_tables=False)
             now = int((await queue.now()).timestamp() * 1000)
 
-            def job(id_: str, space: int, due_at: int) -> JobInput:
-                return JobInput(
-                    id=id_, space_id=space, action_id=f"act-{id_}", environment="main", trigger="manual",
-                    input={"id": id_}, due_at=due_at, max_attempts=3,
-                )  # fmt: skip
+            def made(id_: str, space: int, due_at: int) -> JobInput:
+                return job(id_, space_id=space, due_at=due_at, action_id=f"act-{id_}", input={"id": id_})
 
             for id_ in ("running", "done", "done-2"):
-                assert await queue.enqueue(job(id_, 1, now - 60_000))
+                assert await queue.enqueue(made(id_, 1, now - 60_000))
             claimed = await queue.claim(worker_id="w1", lease_ms=600_000, limit=3)
             assert {j.id for j in claimed} == {"running", "done", "done-2"}
             for id_ in ("done", "done-2"):
@@ -93,9 +91,9 @@ def seed(url: str, prefix: str = "") -> int:
                     job_id=id_, worker_id="w1", status="succeeded",
                     attempt=AttemptOutcome(status="succeeded", worker_id="w1", run_id="r1"),
                 )  # fmt: skip
-            assert await queue.enqueue(job("pending-due", 1, now - 5_000))
-            assert await queue.enqueue(job("pending-later", 1, now + 3_600_000))
-            assert await queue.enqueue(job("other", 2, now + 3_600_000))
+            assert await queue.enqueue(made("pending-due", 1, now - 5_000))
+            assert await queue.enqueue(made("pending-later", 1, now + 3_600_000))
+            assert await queue.enqueue(made("other", 2, now + 3_600_000))
             await queue.put_schedules(
                 space_id=1,
                 schedules=[

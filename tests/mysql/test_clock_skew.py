@@ -21,7 +21,6 @@ import pytest
 import plitzi_jobs_mysql
 from plitzi_jobs_mysql import (
     ActionEntry,
-    JobInput,
     ScheduleTrigger,
     create_job_worker,
     create_mysql_job_queue,
@@ -34,6 +33,7 @@ from plitzi_jobs_mysql.mysql.statements import NOW_MS
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import open_pool
+from ..support import job
 
 SKEWS_H = [6, -9]
 TOLERANCE_MS = 3_000
@@ -82,19 +82,6 @@ async def until(probe: Callable[[], Awaitable[Any]], what: str, within_s: float 
         await asyncio.sleep(0.02)
 
 
-def job(id: str, due_at: int, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {
-        "space_id": 1,
-        "action_id": "a",
-        "environment": "main",
-        "trigger": "t",
-        "input": {},
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, due_at=due_at, **values)
-
-
 async def test_due_times_and_leases_are_the_servers(skewed: tuple[Any, str, int]) -> None:
     pool, url, hours = skewed
     queue = create_mysql_job_queue(pool)
@@ -102,8 +89,8 @@ async def test_due_times_and_leases_are_the_servers(skewed: tuple[Any, str, int]
     assert abs(int((await queue.now()).timestamp() * 1000) - server) < TOLERANCE_MS
     assert abs(time.time() * 1000 - server) > abs(hours) * 3_600_000 - TOLERANCE_MS  # the skew is in force
 
-    await queue.enqueue(job("soon", server + 1_500))
-    await queue.enqueue(job("an-hour-on", server + 3_600_000))
+    await queue.enqueue(job("soon", due_at=server + 1_500))
+    await queue.enqueue(job("an-hour-on", due_at=server + 3_600_000))
     found = await queue.get_job([1], "soon")
     assert found is not None and abs(found.created_at - server) < TOLERANCE_MS
     # Not due by the server, whatever this machine says.

@@ -22,7 +22,8 @@ from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.support import Advance, real_time_advance
 
-from ..conftest import Clock, empty_tables, open_pool
+from ..conftest import empty_tables, open_pool
+from ..support import Clock
 
 POOLS: dict[str, tuple[str, dict[str, Any]]] = {
     "autocommit": ("", {"autocommit": True}),

@@ -21,8 +21,9 @@ from plitzi_jobs_mysql import (
 )
 from plitzi_jobs_mysql.testing.support import eventually
 from plitzi_jobs_mysql.web.capabilities import Pausing
-from tests.conftest import job, pooled
+from tests.conftest import pooled
 from tests.harness.dashboard import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_missing, dashboard
+from tests.support import job
 
 pytestmark = [
     pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing())),

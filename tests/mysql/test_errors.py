@@ -1,4 +1,5 @@
-"""Errors a user can catch: each named error is a `PlitziJobsError` and the builtin the API promises."""
+"""The named errors as the MySQL adapters raise them: a wrong character set, a server that refuses the connection,
+a connection lost mid-use, a server refusing writes (the classes themselves: tests/unit/test_errors.py)."""
 
 from __future__ import annotations
 
@@ -10,30 +11,13 @@ import pytest
 
 from plitzi_jobs_mysql import (
     ConnectionCharsetError,
-    PayloadTooLargeError,
     PlitziJobsError,
-    SchemaMismatchError,
     StoreUnavailableError,
     create_mysql_job_queue,
     create_mysql_kv,
 )
 
 from ..conftest import open_pool, sql
-
-
-@pytest.mark.parametrize(
-    ("error", "builtin"),
-    [
-        (SchemaMismatchError, RuntimeError),
-        (PayloadTooLargeError, ValueError),
-        (ConnectionCharsetError, RuntimeError),
-        (StoreUnavailableError, ConnectionError),
-    ],
-)
-def test_each_error_is_caught_as_the_base_class_and_as_the_builtin(error: type[Exception], builtin: type) -> None:
-    for catch in (PlitziJobsError, builtin, error):
-        with pytest.raises(catch):
-            raise error("x")
 
 
 async def test_a_wrong_charset_is_a_connection_charset_error(session_db: str) -> None:

@@ -10,12 +10,10 @@ and on MySQL under `sql_mode=''` (where the server truncates with only a warning
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +24,6 @@ import pytest
 from plitzi_jobs_mysql import (
     ActionEntry,
     AttemptOutcome,
-    JobInput,
     JobQueue,
     KvStore,
     ScheduleInput,
@@ -42,6 +39,7 @@ from plitzi_jobs_mysql import (
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import flavour_database, open_pool, session_flavours
+from ..support import eventually, job
 
 HOSTILE = [
     "it's",
@@ -63,20 +61,6 @@ HOSTILE = [
     "e\u0301",
 ]
 EMOJI = "😀"  # four bytes of UTF-8
-
-
-def job(id: str, **fields: Any) -> JobInput:
-    values: dict[str, Any] = {
-        "space_id": 1,
-        "action_id": "action",
-        "environment": "main",
-        "trigger": "manual",
-        "input": {},
-        "due_at": 0,
-        "max_attempts": 3,
-    }
-    values.update(fields)
-    return JobInput(id=id, **values)
 
 
 def sched(action_id: str, *, space_id: int = 1, cron: str = "*/5 * * * *", **fields: Any) -> ScheduleInput:
@@ -134,17 +118,6 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
         finally:
             pool.close()
             await pool.wait_closed()
-
-
-async def eventually(probe: Callable[[], Awaitable[Any]], accept: Callable[[Any], bool], what: str) -> Any:
-    deadline = time.monotonic() + 10
-    while True:
-        value = await probe()
-        if accept(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen (last: {value!r})")
-        await asyncio.sleep(0.01)
 
 
 # -- text round trips as data, through every field -----------------------------------------------------------

@@ -16,9 +16,11 @@ import pytest
 
 from plitzi_jobs_mysql import AttemptOutcome, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.errors import KvRowLockedError
+from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.mysql.flavour import Flavour
 
-from ..conftest import job, open_pool
+from ..conftest import open_pool
+from ..support import Clock, job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -105,10 +107,11 @@ async def test_a_locked_candidate_costs_a_claim_no_wait(pool: Any, holder: Holde
 
 
 async def test_a_locked_lapsed_lease_costs_a_claim_no_wait(pool: Any, holder: Holder) -> None:
-    queue = create_mysql_job_queue(pool)
+    clock = Clock(wall_clock_ms())
+    queue = create_mysql_job_queue(pool, clock=clock)
     await queue.enqueue_many([job("lapsed", due_at=0), job("next", due_at=1)])
     await queue.claim(worker_id="gone", lease_ms=1, limit=1)
-    await asyncio.sleep(0.01)  # the 1 ms lease lapses
+    await clock.advance(2)  # the 1 ms lease lapses
     await hold_jobs(holder, ["lapsed"])
     started = time.monotonic()
     taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=2)

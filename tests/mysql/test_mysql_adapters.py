@@ -28,9 +28,11 @@ from plitzi_jobs_mysql.mysql import queue as queue_module
 from plitzi_jobs_mysql.mysql import queue_core, schedule_calls
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
+from plitzi_jobs_mysql.testing.support import real_time_advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import Clock, empty_tables, job, numbers, open_pool, sql, sql_session
+from ..conftest import empty_tables, numbers, open_pool, sql, sql_session
+from ..support import Clock, T, job
 
 
 def tables(url: str) -> list[str]:
@@ -104,15 +106,31 @@ async def test_a_hot_call_reads_the_clock_without_an_await_only_while_the_readin
 ) -> None:
     pool = await pool_on(pools, database_url)
     queue = create_mysql_job_queue(pool)
-    assert queue._fresh_now_ms() is None  # no reading yet: enqueue, claim and settle await one
+    assert queue._clock.fresh() is None  # no reading yet: enqueue, claim and settle await one
     first = int((await queue.now()).timestamp() * 1000)
-    fresh = queue._fresh_now_ms()
+    fresh = queue._clock.fresh()
     assert fresh is not None and first <= fresh < first + 60_000
     queue.resync_clock()
-    assert queue._fresh_now_ms() is None
+    assert queue._clock.fresh() is None
     stale = queue_module.MysqlJobQueue(pool, resync_ms=0)  # every call is due to refresh the reading
     await stale.now()
-    assert stale._fresh_now_ms() is None
+    assert stale._clock.fresh() is None
+
+
+async def test_an_injected_clock_replaces_the_servers_for_every_instant(database_url: str, pools: list[Any]) -> None:
+    pool = await pool_on(pools, database_url)
+    clock = Clock(T)
+    queue = create_mysql_job_queue(pool, clock=clock)
+    assert queue._clock.fresh() == T and int((await queue.now()).timestamp() * 1000) == T
+    queue.resync_clock()  # nothing to read again
+    assert await queue.enqueue(job("j", due_at=T))
+    await clock.advance(5)
+    (taken,) = await queue.claim(worker_id="w", lease_ms=1_000, limit=1)
+    assert (taken.updated_at, taken.claimed_at, taken.lease_until) == (T + 5, T + 5, T + 1_005)
+    await clock.advance(5)
+    await queue.settle(job_id="j", worker_id="w", status="pending", delay_ms=7, claimed_at=taken.claimed_at)
+    found = await queue.get_job([1], "j")
+    assert found is not None and (found.updated_at, found.run_at) == (T + 10, T + 17)
 
 
 async def test_a_skewed_application_clock_changes_nothing(
@@ -343,7 +361,7 @@ async def finish_every_way(queue: Any) -> list[str]:
             job_id=j.id, worker_id="w", status=status, attempt=AttemptOutcome(status=status, worker_id="w")
         )
     await queue.claim(worker_id="gone", lease_ms=1, limit=1)  # "dead": its worker vanishes on its only attempt
-    await asyncio.sleep(0.01)
+    await real_time_advance(queue)(2)  # the store's clock passes its lease
     assert await queue.claim(worker_id="w", lease_ms=60_000, limit=1) == []
     assert await queue.cancel([1], "cancelled-future")
     assert await queue.cancel_pending(space_id=1, key="k") == 1
@@ -498,18 +516,16 @@ async def test_a_job_that_dies_with_its_last_worker_is_logged_at_error(
     pool: Any, session_db: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     empty_tables(session_db)
-    queue = create_mysql_job_queue(pool)
+    clock = Clock(T)
+    queue = create_mysql_job_queue(pool, clock=clock)
     await queue.enqueue(job("doomed", max_attempts=1))
     assert len(await queue.claim(worker_id="crashed", lease_ms=50, limit=1)) == 1
+    await clock.advance(51)  # its lease lapses
     with caplog.at_level(logging.ERROR, logger="plitzi_jobs_mysql"):
-        deadline = time.monotonic() + 10
-        while True:  # the claim that finds the lease lapsed makes it dead instead of handing it out
-            assert await queue.claim(worker_id="w2", lease_ms=50, limit=1) == []
-            found = await queue.get_job([1], "doomed")
-            if found is not None and found.status == "dead":
-                break
-            assert time.monotonic() < deadline, "the lease never lapsed"
-            await asyncio.sleep(0.01)
+        # The claim that finds the lease lapsed makes it dead instead of handing it out.
+        assert await queue.claim(worker_id="w2", lease_ms=50, limit=1) == []
+    found = await queue.get_job([1], "doomed")
+    assert found is not None and found.status == "dead"
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "'doomed'" in record.getMessage() and "dead" in record.getMessage() and "1/1" in record.getMessage()
 

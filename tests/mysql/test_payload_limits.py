@@ -17,7 +17,8 @@ import pytest
 from plitzi_jobs_mysql import PayloadTooLargeError, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
 
-from ..conftest import job, local_flavours, open_pool, sql, throwaway_server
+from ..conftest import local_flavours, open_pool, sql, throwaway_server
+from ..support import job
 
 pytestmark = pytest.mark.timeout(120)
 

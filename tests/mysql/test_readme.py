@@ -92,7 +92,7 @@ def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
 
     asyncio.run(run())
     jobs = namespace["jobs"]
-    assert jobs.worker._emit.hook is namespace["on_event"] is jobs.scheduler._emit.hook
+    assert jobs.worker.settings.on_event is namespace["on_event"] is jobs.scheduler.settings.on_event
     namespace["on_event"](JobEvent(kind=EventKind.DEAD, job_id="j", space_id=1, action_id="a", message="boom"))
     assert paged == ["a gave up on j: boom"]
 

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from plitzi_jobs_mysql import create_mysql_job_queue
-from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.worker import create_job_worker
 
 from ..conftest import empty_tables, open_pool
+from ..support import job
 
 pytest.importorskip("redis")
 REDIS = shutil.which("redis-server")
@@ -70,12 +71,6 @@ async def pools(session_db: str) -> AsyncIterator[tuple[Any, Any]]:
             await pool.wait_closed()
 
 
-def job(job_id: str, due_at: int) -> JobInput:
-    return JobInput(
-        id=job_id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=due_at, max_attempts=3
-    )
-
-
 async def test_an_enqueue_elsewhere_wakes_the_worker_through_redis(redis_url: str, pools: tuple[Any, Any]) -> None:
     from plitzi_jobs_mysql.redis_wakeups import RedisWakeups
 
@@ -94,7 +89,7 @@ async def test_an_enqueue_elsewhere_wakes_the_worker_through_redis(redis_url: st
     try:
         await asyncio.wait_for(here.listening(), 30)
         now = int((await producer.now()).timestamp() * 1000)
-        await producer.enqueue(job("through-redis", now - 1))
+        await producer.enqueue(job("through-redis", due_at=now - 1))
         # The poll is ten minutes away: only the message can have started it.
         await asyncio.wait_for(started.wait(), 30)
     finally:
@@ -119,7 +114,7 @@ async def test_without_redis_the_job_still_runs_at_the_poll(pools: tuple[Any, An
     worker.start()
     try:
         now = int((await other.now()).timestamp() * 1000)
-        assert await other.enqueue(job("no-redis", now - 1))  # the lost message costs nothing but time
+        assert await other.enqueue(job("no-redis", due_at=now - 1))  # the lost message costs nothing but time
         await asyncio.wait_for(started.wait(), 30)
     finally:
         await worker.stop()

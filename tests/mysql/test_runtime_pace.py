@@ -13,19 +13,14 @@ import pytest
 from plitzi_jobs_mysql import create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.contract.protocols import JobQueue
 from plitzi_jobs_mysql.contract.wakeups import LocalWakeups
-from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv
-from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.memory import create_memory_job_queue
+from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.worker import create_job_worker
 
 from ..conftest import empty_tables, sql
+from ..support import job
 
 LONG_POLL_MS = 600_000  # no poll tick can happen within a test: only a wake-up starts a claim
-
-
-def job_input(job_id: str, due_at: int) -> JobInput:
-    return JobInput(
-        id=job_id, space_id=1, action_id="a", environment="main", trigger="t", input={}, due_at=due_at, max_attempts=3
-    )
 
 
 async def now_ms(queue: JobQueue) -> int:
@@ -79,7 +74,7 @@ async def test_an_enqueue_wakes_an_idle_worker_of_the_same_process(queue: Any) -
     worker.start()
     try:
         await asyncio.wait_for(counted.claimed_once.wait(), 30)  # the first claim found nothing: it is idle
-        await queue.enqueue(job_input("woken", await now_ms(queue) - 1))
+        await queue.enqueue(job("woken", due_at=await now_ms(queue) - 1))
         # Far sooner than the next poll (ten minutes away): only the wake-up can have started it.
         await asyncio.wait_for(started.wait(), 30)
     finally:
@@ -91,9 +86,9 @@ async def test_a_job_due_later_wakes_nobody_and_a_stopped_worker_stops_listening
     queue.wakeups = channel
     woken: list[str] = []
     unsubscribe = channel.subscribe(queue.wakeup_topic, lambda: woken.append("x"))
-    await queue.enqueue(job_input("later", await now_ms(queue) + 3_600_000))
+    await queue.enqueue(job("later", due_at=await now_ms(queue) + 3_600_000))
     assert woken == []
-    await queue.enqueue_many([job_input("due-1", await now_ms(queue) - 1)])
+    await queue.enqueue_many([job("due-1", due_at=await now_ms(queue) - 1)])
     assert woken == ["x"]
     unsubscribe()
 
@@ -121,7 +116,7 @@ async def test_busy_workers_keep_claims_in_flight_and_never_run_a_job_twice(sess
         queues = [create_mysql_job_queue(pool) for _ in range(3)]
         kv = create_mysql_kv(pool)
         now = await now_ms(queues[0])
-        await queues[0].enqueue_many([job_input(f"busy-{i}", now - 1) for i in range(n)])
+        await queues[0].enqueue_many([job(f"busy-{i}", due_at=now - 1) for i in range(n)])
 
         async def handler(job: Job) -> str | None:
             if job.id in running:
@@ -154,99 +149,3 @@ async def test_busy_workers_keep_claims_in_flight_and_never_run_a_job_twice(sess
     finally:
         pool.close()
         await pool.wait_closed()
-
-
-@pytest.fixture(params=["memory", "mysql"])
-async def kv(request: pytest.FixtureRequest, session_db: str) -> AsyncIterator[Any]:
-    if request.param == "memory":
-        yield create_memory_kv()
-        return
-    from ..conftest import open_pool
-
-    empty_tables(session_db)
-    pool = await open_pool(session_db)
-    try:
-        yield create_mysql_kv(pool)
-    finally:
-        pool.close()
-        await pool.wait_closed()
-
-
-async def test_keys_taken_and_given_back_in_batches_keep_swap_rules(kv: Any) -> None:
-    await kv.set("held", "someone-else", 60)
-    await kv.set("lapsed", "old", 0.001)
-    await asyncio.sleep(0.01)  # the lifetime is the contract here: the key must have lapsed
-    answers = await kv.take_absent([("free", "me-1"), ("held", "me-2"), ("lapsed", "me-3"), ("a ", "me-4")], 60)
-    assert answers == [True, False, True, True]
-    assert [await kv.get(k) for k in ("free", "held", "lapsed", "a ", "a")] == [
-        "me-1",
-        "someone-else",
-        "me-3",
-        "me-4",
-        None,
-    ]
-    with pytest.raises(ValueError):
-        await kv.take_absent([("dup", "x"), ("dup", "y")], 60)
-    with pytest.raises(ValueError):
-        await kv.take_absent([("k" * 800, "x")], 60)
-    # Only the keys still holding the value given with them go.
-    await kv.delete_unchanged([("free", "me-1"), ("held", "me-2"), ("lapsed", "not-mine"), ("missing", "x")])
-    assert [await kv.get(k) for k in ("free", "held", "lapsed")] == [None, "someone-else", "me-3"]
-    assert await kv.take_absent([], 60) == []
-
-
-async def test_the_memory_queue_claims_from_its_heaps_exactly_as_a_full_sort_would() -> None:
-    """A random walk of enqueues, claims, heartbeats, settles, cancels and lapsed leases: every claim takes the
-    jobs a sort of every job by (run_at, enqueue order) would (the rule the heaps replace)."""
-    import random
-
-    from ..conftest import Clock
-
-    clock = Clock(1_700_000_000_000)
-    queue = create_memory_job_queue(clock=clock, retain_finished=50)
-    rng = random.Random(12)
-    order: dict[str, int] = {}
-    held: dict[str, str] = {}  # job id -> worker
-    for step in range(3_000):
-        op = rng.random()
-        if op < 0.35:
-            job_id = f"j{step}"
-            if await queue.enqueue(job_input(job_id, clock.now + rng.randrange(-500, 500))):
-                order[job_id] = step
-        elif op < 0.6:
-            page = await queue.list_jobs(space_ids=[1], limit=10_000)
-            due = sorted(
-                (
-                    j
-                    for j in page.jobs
-                    if (j.status == "pending" and j.run_at <= clock.now)
-                    or (j.status == "running" and (j.lease_until or 0) < clock.now)
-                ),
-                key=lambda j: (j.run_at, order[j.id]),
-            )
-            limit = rng.randrange(0, 6)
-            worker = f"w{rng.randrange(3)}"
-            claimed = await queue.claim(worker_id=worker, lease_ms=rng.randrange(50, 400), limit=limit)
-            expected_run = [j.id for j in due if j.status == "pending" or j.attempts < j.max_attempts]
-            # A lapsed job past max_attempts turns dead instead and does not use up the limit.
-            assert [j.id for j in claimed] == expected_run[:limit]
-            for j in claimed:
-                held[j.id] = worker
-        elif op < 0.7 and held:
-            worker = rng.choice(sorted(set(held.values())))
-            await queue.heartbeat(
-                job_ids=[k for k, w in held.items() if w == worker], worker_id=worker, lease_ms=rng.randrange(50, 400)
-            )
-        elif op < 0.85 and held:
-            job_id = rng.choice(sorted(held))
-            status = rng.choice(["succeeded", "pending"])
-            await queue.settle(
-                job_id=job_id,
-                worker_id=held.pop(job_id),
-                status=status,
-                delay_ms=rng.randrange(0, 300) if status == "pending" else None,
-            )
-        elif op < 0.9 and order:
-            await queue.cancel([1], rng.choice(sorted(order)))
-        else:
-            clock.now += rng.randrange(1, 120)

@@ -22,7 +22,6 @@ import pytest
 
 from plitzi_jobs_mysql import (
     AttemptOutcome,
-    JobInput,
     JobQueue,
     KvStore,
     ScheduleInput,
@@ -43,8 +42,9 @@ from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_databa
 from plitzi_jobs_mysql.testing.support import Advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import Clock, empty_tables, mariadb_client, open_pool, sql, sql_session
+from ..conftest import empty_tables, mariadb_client, open_pool, sql, sql_session
 from ..harness import ts_original
+from ..support import Clock, job
 from .test_alembic import alembic, ok, schema_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,11 +178,6 @@ def assert_fresh(url: str, fresh: dict[str, Any], prefix: str = "") -> None:
     assert schema_snapshot(url, prefix) == fresh
 
 
-def job(id: str, due_at: int) -> JobInput:
-    return JobInput(id=id, space_id=1, action_id="act", environment="main", trigger="manual", input={},
-                    due_at=due_at, max_attempts=3)  # fmt: skip
-
-
 # -- the version record, and first use ------------------------------------------------------------------------
 
 
@@ -206,7 +201,7 @@ async def test_first_use_refuses_the_originals_tables_before_any_write(database_
         for create_tables in (True, False):
             queue = create_mysql_job_queue(pool, create_tables=create_tables)
             with pytest.raises(SchemaMismatchError) as refused:
-                await queue.enqueue(job("new", 0))
+                await queue.enqueue(job("new", due_at=0))
             message = str(refused.value)
             assert "`action_jobs` is the TypeScript original's table" in message
             assert "`action_kv` is the TypeScript original's table" in message
@@ -236,7 +231,7 @@ async def test_first_use_refuses_tables_it_does_not_know(database_url: str, chan
     pool = await open_pool(database_url)
     try:
         with pytest.raises(SchemaMismatchError, match=re.escape(expected)):
-            await create_mysql_job_queue(pool).enqueue(job("new", 0))
+            await create_mysql_job_queue(pool).enqueue(job("new", due_at=0))
     finally:
         pool.close()
         await pool.wait_closed()
@@ -251,7 +246,7 @@ async def test_tables_without_a_record_are_used_and_migrate_records_it(
     sql_session(database_url, [*mysql_job_schema_statements(), *(f"ALTER TABLE {t} COMMENT = ''" for t in TABLES)])
     pool = await open_pool(database_url)
     try:
-        assert await create_mysql_job_queue(pool).enqueue(job("j", 0)) is True
+        assert await create_mysql_job_queue(pool).enqueue(job("j", due_at=0)) is True
     finally:
         pool.close()
         await pool.wait_closed()
@@ -292,8 +287,8 @@ async def test_migrate_turns_the_originals_tables_into_this_schema_without_losin
     try:
         queue, kv = create_mysql_job_queue(pool, create_tables=False), create_mysql_kv(pool, create_tables=False)
         # Ids are exact now: the original's one `Job-1` stays, and `job-1 ` is another job.
-        assert await queue.enqueue(job("Job-1", 0)) is False
-        assert await queue.enqueue(job("job-1 ", t + 3_600_000)) is True
+        assert await queue.enqueue(job("Job-1", due_at=0)) is False
+        assert await queue.enqueue(job("job-1 ", due_at=t + 3_600_000)) is True
         assert (await queue.get_job([1], "trail ")) is not None and await queue.get_job([1], "trail") is None
         assert (await queue.get_job([1], "ünïcode-✓")) is not None
         fired = await queue.get_job([1], "schedule:1:nightly:123")

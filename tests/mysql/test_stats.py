@@ -10,13 +10,14 @@ import pytest
 
 from plitzi_jobs_mysql import (
     AttemptOutcome,
-    JobInput,
     ScheduleInput,
     create_memory_job_queue,
     create_mysql_job_queue,
 )
 from plitzi_jobs_mysql.memory import wall_clock_ms
-from tests.conftest import Clock, flavour_database, open_pool, session_flavours
+
+from ..conftest import flavour_database, open_pool, session_flavours
+from ..support import Clock, job
 
 
 @pytest.fixture
@@ -38,19 +39,19 @@ async def queue(request: pytest.FixtureRequest, clock: Clock) -> AsyncIterator[A
             await pool.wait_closed()
 
 
-def job(id_: str, space: int, due_at: int) -> JobInput:
-    return JobInput(id=id_, space_id=space, action_id="a", environment="main", trigger="t", input={},
-                    due_at=due_at, max_attempts=3)  # fmt: skip
-
-
 async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any, clock: Clock) -> None:
     empty = await queue.stats()
     assert empty.total == 0 and empty.oldest_due_run_at is None and empty.pending_due == 0
     assert list(empty.counts) == ["pending", "running", "succeeded", "failed", "dead", "cancelled"]
 
     now = int((await queue.now()).timestamp() * 1000)
-    for item in (job("due-old", 1, now - 5_000), job("due", 1, now - 1_000), job("later", 1, now + 3_600_000),
-                 job("done", 1, now - 9_000), job("other", 2, now - 60_000)):  # fmt: skip
+    for item in (
+        job("due-old", due_at=now - 5_000),
+        job("due", due_at=now - 1_000),
+        job("later", due_at=now + 3_600_000),
+        job("done", due_at=now - 9_000),
+        job("other", space_id=2, due_at=now - 60_000),
+    ):
         assert await queue.enqueue(item)
     # Claimed oldest first: "other" (space 2) then "done", which is settled.
     claimed = await queue.claim(worker_id="w", lease_ms=60_000, limit=2)
@@ -76,10 +77,15 @@ async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any, clo
 
 async def test_stats_per_space_and_action(queue: Any, clock: Clock) -> None:
     now = int((await queue.now()).timestamp() * 1000)
-    for item in (job("b-due", 1, now - 2_000), job("b-old", 1, now - 7_000), job("b-later", 1, now + 60_000),
-                 job("b-run", 1, now - 8_000), job("x", 2, now - 1_000)):  # fmt: skip
+    for item in (
+        job("b-due", due_at=now - 2_000),
+        job("b-old", due_at=now - 7_000),
+        job("b-later", due_at=now + 60_000),
+        job("b-run", due_at=now - 8_000),
+        job("x", space_id=2, due_at=now - 1_000),
+    ):
         assert await queue.enqueue(replace(item, action_id="x" if item.space_id == 2 else "b"))
-    assert await queue.enqueue(replace(job("a-1", 1, now - 500), action_id="a"))
+    assert await queue.enqueue(replace(job("a-1", due_at=now - 500), action_id="a"))
     claimed = await queue.claim(worker_id="w", lease_ms=1_000, limit=1)
     assert [j.id for j in claimed] == ["b-run"]
     await clock.advance(1_001)  # b-run's lease lapses
@@ -99,7 +105,7 @@ async def test_stats_per_space_and_action(queue: Any, clock: Clock) -> None:
 async def test_an_operator_lists_every_space_a_page_at_a_time(queue: Any) -> None:
     now = int((await queue.now()).timestamp() * 1000)
     for space in (1, 2, 3):
-        assert await queue.enqueue(job(f"j{space}", space, now))
+        assert await queue.enqueue(job(f"j{space}", space_id=space, due_at=now))
         await queue.put_schedules(space_id=space, schedules=[ScheduleInput(
             space_id=space, action_id="s", cron="0 3 * * *", environment="main", enabled=True, next_run_at=now,
             max_attempts=3)])  # fmt: skip

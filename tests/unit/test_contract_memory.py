@@ -11,7 +11,7 @@ from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.support import Advance
 
-from ..conftest import Clock
+from ..support import Clock
 
 
 class TestMemoryJobQueue(JobQueueContract):

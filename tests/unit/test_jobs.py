@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -15,7 +13,7 @@ from plitzi_jobs_mysql.memory import create_memory_job_queue, create_memory_kv
 from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.schedules import ActionEntry, ScheduleTrigger, schedule_job_id
 
-from ..conftest import Clock
+from ..support import Clock, wait_for
 
 T = int(datetime(2024, 1, 15, 10, 0, tzinfo=UTC).timestamp() * 1000)
 
@@ -29,15 +27,6 @@ class Lookups:
 
     async def list_scheduled_spaces(self) -> list[int]:
         return sorted(self.actions)
-
-
-async def wait_for(condition: Callable[[], bool], within: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 async def handler(job: Job) -> str:
@@ -80,7 +69,7 @@ def test_a_given_queue_is_used_silently_and_options_reach_both_halves(caplog: py
         )
     assert caplog.text == ""
     assert jobs.queue is queue
-    s, w = jobs.scheduler, jobs.worker
+    s, w = jobs.scheduler.settings, jobs.worker.settings
     assert (s.environment, s.poll_ms, s.batch, s.max_attempts, s.reconcile_ms, s.spaces) == (
         "staging",
         5_000,
@@ -97,9 +86,9 @@ def test_a_given_queue_is_used_silently_and_options_reach_both_halves(caplog: py
         8_000,
         "pod-1",
     )
-    assert w.kv is kv
+    assert jobs.worker.kv is kv
     assert s.on_error == errors.append and w.on_error == errors.append
-    assert s._emit.hook is print and w._emit.hook is print
+    assert s.on_event is print and w.on_event is print
 
 
 async def test_a_schedule_becomes_a_job_and_runs_then_stop_ends_both(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,17 +105,14 @@ async def test_a_schedule_becomes_a_job_and_runs_then_stop_ends_both(monkeypatch
     jobs = create_action_jobs(lookups=lookups, handler=record, queue=queue, schedule_poll_ms=10, poll_ms=10)
     jobs.start()
     try:
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await queue.list_schedules([2]):  # reconciled on start
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.005)
+        await wait_for(lambda: queue.list_schedules([2]), what="the reconcile on start")
         clock.now = T + 61_000
         await wait_for(lambda: len(ran) == 1)
     finally:
         await jobs.stop()
     assert ran[0].id == schedule_job_id(2, "tick", T + 60_000)
     assert ran[0].trigger == "schedule"
-    assert jobs.scheduler._tasks == []
+    assert not jobs.scheduler.running and not jobs.worker.running
     assert jobs.worker.in_flight() == 0
     job = await queue.get_job([2], ran[0].id)
     assert job is not None and job.status == "succeeded" and job.run_id == "run-1"
@@ -137,8 +123,8 @@ async def test_produce_false_runs_only_the_worker() -> None:
     jobs = create_action_jobs(lookups=Lookups({1: []}), handler=handler, queue=queue, produce=False)
     jobs.start()
     try:
-        assert jobs.scheduler._tasks == []
-        assert jobs.worker._poll_task is not None
+        assert not jobs.scheduler.running
+        assert jobs.worker.running
     finally:
         await jobs.stop()
-    assert jobs.worker._poll_task is None
+    assert not jobs.worker.running

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,12 +13,12 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from plitzi_jobs_mysql import JobInput, PermanentFailure, ScheduleInput, create_job_worker, create_scheduler
+from plitzi_jobs_mysql import PermanentFailure, ScheduleInput, create_job_worker, create_scheduler
 from plitzi_jobs_mysql.memory import create_memory_job_queue
 from plitzi_jobs_mysql.otel import JobsTelemetry
 from plitzi_jobs_mysql.records import Job
 
-from ..conftest import Clock
+from ..support import Clock, job, wait_for
 
 T = int(datetime(2024, 1, 15, 10, 0, tzinfo=UTC).timestamp() * 1000)
 
@@ -50,31 +48,17 @@ def points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict[str, Any],
     return found
 
 
-async def wait_for(condition: Callable[[], bool], within: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
-
-
-def job(job_id: str, action: str, *, due_at: int = T - 2_000, max_attempts: int = 3) -> JobInput:
-    return JobInput(
-        id=job_id,
-        space_id=1,
-        action_id=action,
-        environment="main",
-        trigger="t",
-        input={},
-        due_at=due_at,
-        max_attempts=max_attempts,
-    )
-
-
 async def test_a_span_per_run_with_its_job_and_outcome_and_metrics_by_outcome() -> None:
     telemetry, spans, reader, tracer_provider = instrumented()
     clock = Clock(T)
     queue = create_memory_job_queue(clock=clock)
-    await queue.enqueue_many([job("ok", "send"), job("flaky", "sync"), job("bad", "sync", max_attempts=1)])
+    await queue.enqueue_many(
+        [
+            job("ok", action_id="send", due_at=T - 2_000),
+            job("flaky", action_id="sync", due_at=T - 2_000),
+            job("bad", action_id="sync", due_at=T - 2_000, max_attempts=1),
+        ]
+    )
     tracer = tracer_provider.get_tracer("the handler")
 
     async def handler(job: Job) -> str:
@@ -87,7 +71,7 @@ async def test_a_span_per_run_with_its_job_and_outcome_and_metrics_by_outcome() 
 
     worker = create_job_worker(queue=queue, handler=telemetry.wrap(handler), worker_id="w1", on_event=telemetry)
     assert await worker.poll() == 3
-    await wait_for(lambda: not worker._held)
+    await worker.idle()
     await worker.stop()
 
     runs = {s.attributes["plitzi_jobs.job.id"]: s for s in spans.get_finished_spans() if s.name == "plitzi_jobs.run"}
@@ -125,7 +109,13 @@ async def test_lost_runs_missed_fires_and_queue_depth() -> None:
     telemetry, _spans, reader, _ = instrumented()
     clock = Clock(T)
     queue = create_memory_job_queue(clock=clock)
-    await queue.enqueue_many([job("a", "send"), job("b", "send"), job("c", "send", due_at=T + 3_600_000)])
+    await queue.enqueue_many(
+        [
+            job("a", action_id="send", due_at=T - 2_000),
+            job("b", action_id="send", due_at=T - 2_000),
+            job("c", action_id="send", due_at=T + 3_600_000),
+        ]
+    )
     assert len(await queue.claim(worker_id="died", lease_ms=1_000, limit=1)) == 1
     clock.now += 2_000
 
@@ -134,7 +124,7 @@ async def test_lost_runs_missed_fires_and_queue_depth() -> None:
 
     worker = create_job_worker(queue=queue, handler=handler, worker_id="w1", on_event=telemetry, workers=1)
     assert await worker.poll() == 1  # takes "a" over from "died"
-    await wait_for(lambda: not worker._held)
+    await worker.idle()
     await worker.stop()
 
     await queue.put_schedules(
@@ -174,7 +164,7 @@ async def test_lost_runs_missed_fires_and_queue_depth() -> None:
 async def test_watch_queue_samples_until_cancelled() -> None:
     telemetry, _spans, reader, _ = instrumented()
     queue = create_memory_job_queue()
-    await queue.enqueue(job("a", "send"))
+    await queue.enqueue(job("a", action_id="send", due_at=T - 2_000))
     task = telemetry.watch_queue(queue, space_ids=[1], every_s=0.01)
     try:
         await wait_for(lambda: telemetry._depth.get("pending") == 1)

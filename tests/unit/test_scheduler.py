@@ -17,7 +17,7 @@ from plitzi_jobs_mysql.records import MissedFires, Schedule, ScheduleInput
 from plitzi_jobs_mysql.runtime.scheduler import PARK_MS, create_scheduler
 from plitzi_jobs_mysql.runtime.schedules import ActionEntry, ScheduleTrigger, schedule_job_id
 
-from ..conftest import Clock
+from ..support import Clock, wait_for
 
 MINUTE = 60_000
 T = int(datetime(2024, 1, 15, 10, 0, tzinfo=UTC).timestamp() * 1000)  # a whole minute
@@ -56,14 +56,6 @@ class Proxy:
             return await target(*args, **kwargs)
 
         return call
-
-
-async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 def schedule(
@@ -334,19 +326,10 @@ async def test_start_reconciles_the_listed_spaces_and_sweeps_on_a_timer(
         await wait_for(lambda: lookups.calls == [5])
         clock.now = T + 61_000
         job_id = schedule_job_id(5, "tick", T)  # reconciled at T: the fire at T itself
-        jobs: list[str] = []
-
-        async def poll_jobs() -> None:
-            jobs[:] = [j.id for j in (await queue.list_jobs(space_ids=[5])).jobs]
-
-        deadline = asyncio.get_running_loop().time() + 5
-        while job_id not in jobs:
-            assert asyncio.get_running_loop().time() < deadline
-            await poll_jobs()
-            await asyncio.sleep(0.01)
+        await wait_for(lambda: queue.get_job([5], job_id), within=5, what="the fire's job")
     finally:
         scheduler.stop()
-    assert not scheduler._tasks
+    assert not scheduler.running
 
 
 async def test_start_uses_the_spaces_argument_without_list_scheduled_spaces() -> None:
@@ -489,10 +472,7 @@ async def test_a_slow_reconcile_does_not_hold_up_due_fires(monkeypatch: pytest.M
     try:
         await wait_for(lambda: lookups.calls == [3])
         job_id = schedule_job_id(3, "tick", T)
-        deadline = asyncio.get_running_loop().time() + 5
-        while await queue.get_job([3], job_id) is None:
-            assert asyncio.get_running_loop().time() < deadline, "no sweep ran while the reconcile was stuck"
-            await asyncio.sleep(0.01)
+        await wait_for(lambda: queue.get_job([3], job_id), within=5, what="a sweep while the reconcile was stuck")
     finally:
         stuck.set()
         scheduler.stop()

@@ -17,7 +17,7 @@ from plitzi_jobs_mysql.web.activity import HOUR_MS, Activity
 from plitzi_jobs_mysql.web.chart import hourly_chart
 from plitzi_jobs_mysql.web.security import CONTENT_SECURITY_POLICY, CSRF_COOKIE, SESSION_COOKIE
 from plitzi_jobs_mysql.web.times import age, duration
-from tests.conftest import Clock
+from tests.support import Clock
 
 TOKEN = "a-token-of-twenty-chars"
 HTML = {"accept": "text/html"}

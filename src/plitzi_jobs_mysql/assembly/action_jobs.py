@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from typing import Unpack
 
 from ..contract.protocols import JobQueue, KvStore
+from ..errors import SchemaMismatchError
 from ..memory import create_memory_job_queue
+from ..runtime.halt import Halt
 from ..runtime.options import ActionJobsOptions, split_action_jobs_options
-from ..runtime.scheduler import Scheduler, create_scheduler
+from ..runtime.scheduler import Scheduler
 from ..runtime.schedules import ActionLookups
-from ..runtime.worker import JobHandler, JobWorker, create_job_worker
+from ..runtime.worker import JobHandler, JobWorker
 
 logger = logging.getLogger("plitzi_jobs_mysql.jobs")
 
@@ -41,6 +43,12 @@ class ActionJobs:
         """Stops producing, then lets the worker finish what it is running (see `JobWorker.stop`)."""
         self.scheduler.stop()
         await self.worker.stop()
+
+    @property
+    def failure(self) -> SchemaMismatchError | None:
+        """Why the worker and the scheduler stopped for good: the store refused its tables (logged once at
+        ERROR, naming the fix; `stop()` still returns). None while they run."""
+        return self.worker.failure or self.scheduler.failure
 
 
 def create_action_jobs(
@@ -66,6 +74,7 @@ def create_action_jobs(
             "keeps its own schedules and jobs. Pass a shared queue (create_mysql_job_queue) to run several."
         )
         queue = create_memory_job_queue()
-    scheduler = create_scheduler(queue=queue, lookups=lookups, **scheduler_options)
-    worker = create_job_worker(queue=queue, handler=handler, kv=kv, **worker_options)
+    halt = Halt()  # tables the store refuses stop both halves, said once
+    scheduler = Scheduler(queue=queue, lookups=lookups, halt=halt, **scheduler_options)
+    worker = JobWorker(queue=queue, handler=handler, kv=kv, halt=halt, **worker_options)
     return ActionJobs(queue=queue, scheduler=scheduler, worker=worker, produce=produce)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Final, Protocol
 
 from ..errors import StoreUnavailableError
 from . import validation as check
@@ -37,6 +37,38 @@ def to_epoch_ms(moment: datetime) -> int:
 def from_epoch_ms(ms: int) -> datetime:
     """Epoch milliseconds as a timezone-aware UTC datetime."""
     return _EPOCH + timedelta(milliseconds=ms)
+
+
+class QueueClock(Protocol):
+    """Where a queue's instants come from: the store's clock (`StoreClock`), or a test's (`InjectedClock`)."""
+
+    async def now(self) -> int:
+        """Epoch ms."""
+        ...
+
+    def fresh(self) -> int | None:
+        """`now()` without an await when it needs none; None when only `now()` can answer."""
+        ...
+
+    def resync(self) -> None:
+        """Read the clock again on the next call (after a failover)."""
+        ...
+
+
+@dataclass(frozen=True)
+class InjectedClock:
+    """A clock a test moves (`read` answers epoch ms), standing in for the store's: the queue reads nothing else."""
+
+    read: Callable[[], int]
+
+    async def now(self) -> int:
+        return int(self.read())
+
+    def fresh(self) -> int:
+        return int(self.read())
+
+    def resync(self) -> None:
+        return None  # nothing was remembered
 
 
 @dataclass

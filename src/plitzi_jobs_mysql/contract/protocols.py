@@ -42,7 +42,8 @@ class JobQueue(Protocol):
         oldest `run_at` first (concurrent claimers may spread over the oldest few). Each becomes `running`,
         `attempts + 1`, held by `worker_id` until `now + lease_ms`. A lapsed job gets a `lost` attempt (worker:
         the old holder) and, when it had used `max_attempts`, becomes `dead` instead. Two claimers never receive
-        the same job; the cost does not grow with the number of waiting jobs."""
+        the same job; the cost does not grow with the number of waiting jobs. Each claim sets the job's
+        `claimed_at` to its instant, always later than the job's previous claim (even within a millisecond)."""
         ...
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
@@ -60,12 +61,14 @@ class JobQueue(Protocol):
         run_id: str | None = None,
         error: str | None = None,
         attempt: AttemptOutcome | None = None,
+        claimed_at: int | None = None,
     ) -> None:
-        """Ignored unless `worker_id` still holds the job (a lapsed lease nobody took over still counts).
-        Appends `attempt` if given (numbered history length + 1, started at the claim, ended now); sets status,
-        error and run_id (kept if None); clears the lease. `status='pending'` retries at `now + delay_ms`,
-        clears `worker_id` and, with no attempt reported (a hand-back of a job never started), refunds the
-        attempt."""
+        """Ignored unless `worker_id` still holds the job (a lapsed lease nobody took over still counts) and, when
+        `claimed_at` is given, holds it by that claim (`Job.claimed_at` of the claim's answer): a settle of an
+        earlier claim is ignored, even from the same worker. Appends `attempt` if given (numbered history length
+        + 1, started at the claim, ended now); sets status, error and run_id (kept if None); clears the lease.
+        `status='pending'` retries at `now + delay_ms`, clears `worker_id` and, with no attempt reported (a
+        hand-back of a job never started), refunds the attempt."""
         ...
 
     async def due_schedules(self, limit: int) -> list[Schedule]:

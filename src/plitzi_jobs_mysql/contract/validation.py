@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import PayloadTooLargeError
@@ -20,6 +21,7 @@ from ..records import (
     AttemptOutcome,
     JobInput,
     ScheduleInput,
+    SucceededJob,
     schedule_job_id,
 )
 from .cron import is_known_time_zone, is_valid_cron
@@ -93,6 +95,9 @@ def scoped_job(ids: object, job: object) -> list[int]:
     spaces = space_ids(ids)
     job_id(job)
     return spaces
+
+
+_check_space_id = space_id
 
 
 def limit(name: str, value: object) -> int:
@@ -181,51 +186,84 @@ def job_input(job: object) -> str:
     return encode_input(job.input)
 
 
-def claim_args(worker: object, lease_ms: object, count: object) -> None:
-    worker_id(worker)
+# The lease calls' checks take their arguments by name, as the `JobQueue` methods do (`_check_*` are the checks
+# of one value, aliased because a parameter named like the check would hide it).
+_check_worker_id = worker_id
+_check_limit = limit
+_check_job_id = job_id
+
+
+def claim_args(*, worker_id: object, lease_ms: object, limit: object) -> None:
+    _check_worker_id(worker_id)
     duration_ms("lease_ms", lease_ms)
-    limit("limit", count)
+    _check_limit("limit", limit)
 
 
-def heartbeat_args(job_ids: object, worker: object, lease_ms: object) -> list[str]:
-    worker_id(worker)
+def heartbeat_args(*, job_ids: object, worker_id: object, lease_ms: object) -> list[str]:
+    _check_worker_id(worker_id)
     duration_ms("lease_ms", lease_ms)
     if isinstance(job_ids, (str, bytes)) or not isinstance(job_ids, Sequence):
         raise TypeError("job_ids must be a sequence of str")
     if len(job_ids) > MAX_LIMIT:
         raise ValueError(f"at most {MAX_LIMIT} job_ids per heartbeat")
-    return [job_id(j, "job_ids[]") for j in job_ids]
+    return [_check_job_id(j, "job_ids[]") for j in job_ids]
 
 
-def settle_args(
-    job: object,
-    worker: object,
-    status: object,
-    delay_ms: object,
-    run_id: object,
-    error: object,
-    attempt: object,
-) -> None:
-    job_id(job)
-    worker_id(worker)
-    if status not in SETTLE_STATUSES:
-        raise ValueError(f"status must be one of {sorted(SETTLE_STATUSES)}, got {status!r}")
-    if delay_ms is not None:
-        duration_ms("delay_ms", delay_ms, allow_zero=True)
-    optional_text("run_id", run_id, ID_MAX_CHARS)
-    optional_text("error", error, ERROR_MAX_CHARS)
-    if attempt is not None:
-        if not isinstance(attempt, AttemptOutcome):
-            raise TypeError(f"attempt must be an AttemptOutcome, not {type(attempt).__name__}")
-        if attempt.status not in ATTEMPT_STATUSES:
-            raise ValueError(f"attempt.status must be one of {sorted(ATTEMPT_STATUSES)}, got {attempt.status!r}")
-        text("attempt.worker_id", attempt.worker_id, ID_MAX_CHARS)
-        optional_text("attempt.run_id", attempt.run_id, ID_MAX_CHARS)
-        optional_text("attempt.error", attempt.error, ERROR_MAX_CHARS)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settle:
+    """One `settle` call, checked when built: what each store writes from. `claimed_at` given: only the claim of
+    that instant may settle the job (None: any claim `worker_id` holds, the rule for callers that do not know)."""
+
+    job_id: str
+    worker_id: str
+    status: str
+    delay_ms: int | None = None
+    run_id: str | None = None
+    error: str | None = None
+    attempt: AttemptOutcome | None = None
+    claimed_at: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_job_id(self.job_id)
+        _check_worker_id(self.worker_id)
+        if self.status not in SETTLE_STATUSES:
+            raise ValueError(f"status must be one of {sorted(SETTLE_STATUSES)}, got {self.status!r}")
+        if self.delay_ms is not None:
+            duration_ms("delay_ms", self.delay_ms, allow_zero=True)
+        optional_text("run_id", self.run_id, ID_MAX_CHARS)
+        optional_text("error", self.error, ERROR_MAX_CHARS)
+        if self.claimed_at is not None:
+            instant("claimed_at", self.claimed_at)
+        attempt = self.attempt
+        if attempt is not None:
+            if not isinstance(attempt, AttemptOutcome):
+                raise TypeError(f"attempt must be an AttemptOutcome, not {type(attempt).__name__}")
+            if attempt.status not in ATTEMPT_STATUSES:
+                raise ValueError(f"attempt.status must be one of {sorted(ATTEMPT_STATUSES)}, got {attempt.status!r}")
+            text("attempt.worker_id", attempt.worker_id, ID_MAX_CHARS)
+            optional_text("attempt.run_id", attempt.run_id, ID_MAX_CHARS)
+            optional_text("attempt.error", attempt.error, ERROR_MAX_CHARS)
 
 
-def advance_args(space: object, action_id: object, from_at: object, to_at: object, missed: object) -> None:
-    space_id(space)
+def settle_succeeded_args(*, worker_id: object, jobs: object) -> list[Settle]:
+    """The jobs of a `settle_succeeded` call, each as the `settle` it stands for (checked as that would be); a job
+    named twice is settled once (by its first mention)."""
+    worker = _check_worker_id(worker_id)
+    if isinstance(jobs, (str, bytes)) or not isinstance(jobs, Iterable):
+        raise TypeError("jobs must be a sequence of SucceededJob")
+    unique: dict[str, Settle] = {}
+    for item in jobs:
+        if not isinstance(item, SucceededJob):
+            raise TypeError(f"jobs must hold SucceededJob records, not {type(item).__name__}")
+        attempt = AttemptOutcome(status="succeeded", worker_id=worker, run_id=item.run_id)
+        call = Settle(job_id=item.job_id, worker_id=worker, status="succeeded", run_id=item.run_id, attempt=attempt,
+                      claimed_at=item.claimed_at)  # fmt: skip
+        unique.setdefault(item.job_id, call)
+    return list(unique.values())
+
+
+def advance_args(*, space_id: object, action_id: object, from_at: object, to_at: object, missed: object) -> None:
+    _check_space_id(space_id)
     text("action_id", action_id, ID_MAX_CHARS)
     instant("from_at", from_at)
     instant("to_at", to_at)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..contract import validation as check
+from ..contract.capabilities import DeletesUnchanged, TakesAbsent
 from ..contract.protocols import KvStore
 from .wall_clock import wall_clock_ms
 
@@ -75,7 +76,7 @@ class MemoryKv:
         return True
 
     async def take_absent(self, pairs: Sequence[tuple[str, str]], ttl_seconds: float | None = None) -> list[bool]:
-        """`swap(key, None, value, ttl_seconds)` for many keys, answered per pair."""
+        """The `TakesAbsent` capability: `swap(key, None, value, ttl_seconds)` for many keys, answered per pair."""
         items = list(pairs)
         for key, value in items:
             check.kv_write_args(key, value, ttl_seconds)
@@ -84,7 +85,7 @@ class MemoryKv:
         return [await self.swap(key, None, value, ttl_seconds) for key, value in items]
 
     async def delete_unchanged(self, pairs: Sequence[tuple[str, str]]) -> None:
-        """Deletes each key that still holds the value paired with it."""
+        """The `DeletesUnchanged` capability: deletes each key that still holds the value paired with it."""
         items = list(pairs)
         for key, value in items:
             check.kv_write_args(key, value, None)
@@ -99,5 +100,7 @@ def create_memory_kv(*, clock: Callable[[], int] | None = None) -> MemoryKv:
     return MemoryKv(clock=clock or wall_clock_ms)
 
 
-if TYPE_CHECKING:  # mypy checks the memory kv keeps the contract's Protocol
+if TYPE_CHECKING:  # mypy checks the memory kv keeps the contract's Protocol and offers the capabilities
     _kv: KvStore = MemoryKv(clock=wall_clock_ms)
+    _takes: TakesAbsent = MemoryKv(clock=wall_clock_ms)
+    _deletes: DeletesUnchanged = MemoryKv(clock=wall_clock_ms)

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..contract import validation as check
+from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
 from ..contract.events import Emitter, dead_by_loss
 from ..contract.protocols import JobQueue
@@ -29,6 +30,7 @@ from ..records import (
     QueueStats,
     Schedule,
     ScheduleInput,
+    SucceededJob,
 )
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
@@ -45,7 +47,6 @@ class _Row:
     job: Job
     seq: int  # enqueue order, finer than a millisecond
     input_json: str  # kept encoded, so a caller mutating its dict afterwards changes nothing here
-    claimed_at: int = 0
     version: int = 0  # moves on every change: a heap entry carrying an older one is stale
 
 
@@ -172,7 +173,7 @@ class MemoryJobQueue:
         return answers
 
     async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
-        check.claim_args(worker_id, lease_ms, limit)
+        check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
         at = self._now()
         # Lapsed leases join the pending jobs, to be taken in the same oldest-run_at-first order.
         while self._leases and self._leases[0][0] < at:
@@ -192,7 +193,7 @@ class MemoryJobQueue:
                 lost = Attempt(
                     attempt=len(job.history) + 1,
                     status="lost",
-                    started_at=row.claimed_at,
+                    started_at=job.claimed_at or 0,
                     ended_at=at,
                     worker_id=job.worker_id or "unknown",
                     error=LOST_ERROR,
@@ -218,14 +219,15 @@ class MemoryJobQueue:
                 worker_id=worker_id,
                 lease_until=at + lease_ms,
                 updated_at=at,
+                # Always after the job's previous claim, so two claims never share an instant (see `settle`).
+                claimed_at=at if job.claimed_at is None else max(at, job.claimed_at + 1),
             )
-            row.claimed_at = at
             taken.append(self._snapshot(row))
         self._evict()
         return taken
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
-        ids = check.heartbeat_args(job_ids, worker_id, lease_ms)
+        ids = check.heartbeat_args(job_ids=job_ids, worker_id=worker_id, lease_ms=lease_ms)
         at = self._now()
         cancelled: list[str] = []
         for job_id in dict.fromkeys(ids):
@@ -247,21 +249,35 @@ class MemoryJobQueue:
         run_id: str | None = None,
         error: str | None = None,
         attempt: AttemptOutcome | None = None,
+        claimed_at: int | None = None,
     ) -> None:
-        check.settle_args(job_id, worker_id, status, delay_ms, run_id, error, attempt)
-        row = self._jobs.get(job_id)
-        if row is None or row.job.worker_id != worker_id or row.job.status != "running":
+        self._settle(check.Settle(job_id=job_id, worker_id=worker_id, status=status, delay_ms=delay_ms,
+                                  run_id=run_id, error=error, attempt=attempt, claimed_at=claimed_at))  # fmt: skip
+        self._evict()
+
+    async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[SucceededJob]) -> None:
+        """The `SettlesSucceeded` capability: each job settled as its own `settle` would settle it."""
+        for call in check.settle_succeeded_args(worker_id=worker_id, jobs=jobs):
+            self._settle(call)
+        self._evict()
+
+    def _settle(self, call: check.Settle) -> None:
+        row = self._jobs.get(call.job_id)
+        if row is None or row.job.worker_id != call.worker_id or row.job.status != "running":
             return
+        if call.claimed_at is not None and row.job.claimed_at != call.claimed_at:
+            return  # an earlier claim's settle: the job is held by a later one now
         at = self._now()
         job = row.job
         history = tuple(job.history)
+        attempt = call.attempt
         if attempt is not None:
             history = (
                 *history,
                 Attempt(
                     attempt=len(history) + 1,
                     status=attempt.status,
-                    started_at=row.claimed_at,
+                    started_at=job.claimed_at or 0,
                     ended_at=at,
                     worker_id=attempt.worker_id,
                     run_id=attempt.run_id,
@@ -270,26 +286,25 @@ class MemoryJobQueue:
             )
         changes: dict[str, Any] = {
             "history": history,
-            "status": status,
+            "status": call.status,
             "updated_at": at,
             "lease_until": None,
-            "error": error,
-            "run_id": job.run_id if run_id is None else run_id,
+            "error": call.error,
+            "run_id": job.run_id if call.run_id is None else call.run_id,
         }
-        if status == "pending":
-            changes["run_at"] = at + (delay_ms or 0)
+        if call.status == "pending":
+            changes["run_at"] = at + (call.delay_ms or 0)
             changes["worker_id"] = None
             if attempt is None:  # a hand-back of a job never started gives its attempt back
                 changes["attempts"] = max(0, job.attempts - 1)
         self._update(row, job, **changes)
-        self._evict()
 
     async def due_schedules(self, limit: int) -> list[Schedule]:
         check.limit("limit", limit)
         return self._schedules.due(self._now(), limit)
 
     async def advance_schedule(self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int) -> bool:
-        check.advance_args(space_id, action_id, from_at, to_at, missed)
+        check.advance_args(space_id=space_id, action_id=action_id, from_at=from_at, to_at=to_at, missed=missed)
         return self._schedules.advance(
             space_id=space_id, action_id=action_id, from_at=from_at, to_at=to_at, missed=missed, now=self._now
         )
@@ -424,5 +439,7 @@ def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], i
     return MemoryJobQueue(retain_finished=retain_finished, clock=clock or wall_clock_ms)
 
 
-if TYPE_CHECKING:  # mypy checks the memory queue keeps the contract's Protocol
+if TYPE_CHECKING:  # mypy checks the memory queue keeps the contract's Protocol and offers the capabilities
     _queue: JobQueue = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
+    _batches: SettlesSucceeded = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
+    _announces: AnnouncesDueJobs = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)

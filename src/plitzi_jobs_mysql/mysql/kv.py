@@ -8,12 +8,14 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 from pymysql.constants import CLIENT, ER
 
 from ..contract import validation as check
+from ..contract.capabilities import DeletesUnchanged, TakesAbsent
+from ..contract.protocols import KvStore
 from ..errors import KvRowLockedError, StoreUnavailableError
 from .session import RETRIES, Connection, MysqlStore, as_text, error_code, is_conflict, is_duplicate
 
@@ -203,3 +205,9 @@ class MysqlKv:
 def create_mysql_kv(pool: Any, *, table_prefix: str = "", create_tables: bool = True) -> MysqlKv:
     """A `KvStore` over an aiomysql pool the caller opened (and closes)."""
     return MysqlKv(pool, table_prefix=table_prefix, create_tables=create_tables)
+
+
+if TYPE_CHECKING:  # mypy checks the MySQL kv keeps the contract's Protocol and offers the capabilities
+    _kv: KvStore = MysqlKv(None)
+    _takes: TakesAbsent = MysqlKv(None)
+    _deletes: DeletesUnchanged = MysqlKv(None)

@@ -7,14 +7,16 @@ import functools
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pymysql
 
 from ..contract import validation as check
+from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.events import Emitter, dead_by_loss
+from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
-from ..records import LOST_ERROR, AttemptOutcome, Job, JobInput
+from ..records import LOST_ERROR, AttemptOutcome, Job, JobInput, SucceededJob
 from .operator_calls import OperatorCalls
 from .packet import room_for_payload
 from .queue_core import log
@@ -85,7 +87,9 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         if store.needs_ready:
             await store.ready()
         store.refuse_unfit("input", encoded)
-        now = self._fresh_now_ms() or await self._now_ms()
+        now = self._clock.fresh()
+        if now is None:
+            now = await self._clock.now()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
         sql = self._insert_one
@@ -151,10 +155,12 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
     # -- claim, heartbeat, settle ---------------------------------------------------------------------------
 
     async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
-        check.claim_args(worker_id, lease_ms, limit)
+        check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
         if limit == 0:
             return []
-        now = self._fresh_now_ms() or await self._now_ms()
+        now = self._clock.fresh()
+        if now is None:
+            now = await self._clock.now()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
         return await self._claim(worker_id, lease_ms, limit, now)
@@ -278,12 +284,11 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         return [job_from_columns(c) for c in claimed]
 
     def _won_at(self, now: int, started_ns: int) -> int:
-        """A lease counts from the moment its row is won, not from the claim's start: the claim's now advanced
-        by the time the claim has taken so far (an injected clock is read again instead). Never a new reading
-        of the server's clock, which would borrow a second connection in the middle of the claim."""
-        if self._injected_clock is not None:
-            return int(self._injected_clock())
-        return now + (time.monotonic_ns() - started_ns) // 1_000_000
+        """A lease counts from the moment its row is won, not from the claim's start: the clock's answer without
+        an await, else the claim's now advanced by the time the claim has taken so far. Never a new reading of
+        the server's clock, which would borrow a second connection in the middle of the claim."""
+        at = self._clock.fresh()
+        return now + (time.monotonic_ns() - started_ns) // 1_000_000 if at is None else at
 
     def _adapt_spread(self, lost: int) -> None:
         # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window
@@ -294,7 +299,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             self._spread -= 1
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
-        ids = list(dict.fromkeys(check.heartbeat_args(job_ids, worker_id, lease_ms)))
+        ids = list(dict.fromkeys(check.heartbeat_args(job_ids=job_ids, worker_id=worker_id, lease_ms=lease_ms)))
         if not ids:
             return []
         now = await self._now_ms()
@@ -350,48 +355,56 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         run_id: str | None = None,
         error: str | None = None,
         attempt: AttemptOutcome | None = None,
+        claimed_at: int | None = None,
     ) -> None:
-        check.settle_args(job_id, worker_id, status, delay_ms, run_id, error, attempt)
-        now = self._fresh_now_ms() or await self._now_ms()
+        call = check.Settle(job_id=job_id, worker_id=worker_id, status=status, delay_ms=delay_ms, run_id=run_id,
+                            error=error, attempt=attempt, claimed_at=claimed_at)  # fmt: skip
+        now = self._clock.fresh()
+        if now is None:
+            now = await self._clock.now()
+        outcome = call.attempt
         args = {
-            "id": job_id,
-            "worker": worker_id,
-            "status": status,
-            "error": error,
-            "run_id": run_id,
+            "id": call.job_id,
+            "worker": call.worker_id,
+            "claimed_at": call.claimed_at,
+            "status": call.status,
+            "error": call.error,
+            "run_id": call.run_id,
             "now": now,
-            "retry_at": now + (delay_ms or 0),
-            "has_attempt": attempt is not None,
-            "a_status": attempt.status if attempt else None,
-            "a_worker": attempt.worker_id if attempt else None,
-            "a_run": attempt.run_id if attempt else None,
-            "a_error": attempt.error if attempt else None,
+            "retry_at": now + (call.delay_ms or 0),
+            "has_attempt": outcome is not None,
+            "a_status": outcome.status if outcome else None,
+            "a_worker": outcome.worker_id if outcome else None,
+            "a_run": outcome.run_id if outcome else None,
+            "a_error": outcome.error if outcome else None,
         }
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
-    async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[tuple[str, str | None]]) -> None:
-        """Settles many jobs this worker holds as succeeded, each with a 'succeeded' attempt and its own run_id
-        (`(job_id, run_id)` pairs), in one statement: per row what `settle(status="succeeded",
-        attempt=AttemptOutcome("succeeded", worker_id, run_id))` writes, under the same holder guard, so a job
-        another worker took over (or one already settled) is left alone and a repeat changes nothing. Not part
-        of the `JobQueue` protocol: the worker batches its succeeded settles through it when the queue has it."""
-        for job_id, run_id in jobs:
-            check.settle_args(job_id, worker_id, "succeeded", None, run_id, None, None)
-        pairs = list(dict(jobs).items())  # a job named twice is settled once (the guard would skip it anyway)
-        if not pairs:
+    async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[SucceededJob]) -> None:
+        """The `SettlesSucceeded` capability: many succeeded jobs in one statement, each row exactly what its own
+        `settle` writes, under the same holder guard (and each job's claim instant, when given)."""
+        items = check.settle_succeeded_args(worker_id=worker_id, jobs=jobs)
+        if not items:
             return
-        now = self._fresh_now_ms() or await self._now_ms()
-        args: dict[str, Any] = {"worker": worker_id, "now": now, "ids": [job_id for job_id, _ in pairs]}
-        whens = []
-        for index, (job_id, run_id) in enumerate(pairs):
-            if run_id is not None:
-                args[f"i{index}"], args[f"r{index}"] = job_id, run_id
-                whens.append(f"WHEN %(i{index})s THEN %(r{index})s ")
-        run = f"(CASE id {''.join(whens)}END)" if whens else "NULL"
-        sql = self._sql.settle_succeeded.format(run=run)
+        now = self._clock.fresh()
+        if now is None:
+            now = await self._clock.now()
+        args: dict[str, Any] = {"worker": worker_id, "now": now, "ids": [item.job_id for item in items]}
+        runs, claims = [], []
+        for index, item in enumerate(items):
+            args[f"i{index}"] = item.job_id
+            if item.run_id is not None:
+                args[f"r{index}"] = item.run_id
+                runs.append(f"WHEN %(i{index})s THEN %(r{index})s ")
+            if item.claimed_at is not None:
+                args[f"c{index}"] = item.claimed_at
+                claims.append(f"WHEN %(i{index})s THEN %(c{index})s ")
+        run = f"(CASE id {''.join(runs)}END)" if runs else "NULL"
+        claim = f" AND claimed_at <=> (CASE id {''.join(claims)}ELSE claimed_at END)" if claims else ""
+        sql = self._sql.settle_succeeded.format(run=run, claim=claim)
         await self._store.retrying(lambda conn: conn.write(sql, args))
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which leases may be waiting on
@@ -421,3 +434,9 @@ def create_mysql_job_queue(
         clock=clock,
         wakeups=wakeups,
     )
+
+
+if TYPE_CHECKING:  # mypy checks the MySQL queue keeps the contract's Protocol and offers the capabilities
+    _queue: JobQueue = MysqlJobQueue(None)
+    _settles: SettlesSucceeded = MysqlJobQueue(None)
+    _announces: AnnouncesDueJobs = MysqlJobQueue(None)

@@ -11,7 +11,7 @@ from typing import Any
 import pymysql
 
 from ..contract import validation as check
-from ..contract.clock import RESYNC_MS, StoreClock, create_store_clock, from_epoch_ms
+from ..contract.clock import RESYNC_MS, InjectedClock, QueueClock, create_store_clock, from_epoch_ms
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..errors import StoreUnavailableError
 from .schema.state import table_names
@@ -57,14 +57,17 @@ class QueueCore:
         self._sql = self._store.sql
         self._insert_one = self._sql.insert_jobs + self._sql.insert_job_values
         self._retention_ms = retention_days * 86_400_000
-        self._clock: StoreClock = create_store_clock(self._read_clock, resync_ms)
-        self._injected_clock = clock
+        # ONE source for every instant the queue writes or compares: the server's clock, or the one a test injected
+        # in its place (as the memory queue takes); nothing else reads the server's time.
+        self._clock: QueueClock = (
+            create_store_clock(self._read_clock, resync_ms) if clock is None else InjectedClock(clock)
+        )
         self._next_purge_at = 0
         self._spread = 1
         # When this queue last looked for lapsed leases (None: never), and whether its last pending read came
         # back short of a full block: then the next claim looks again (queue.py, `_candidates`).
         self._lapsed_read_at: int | None = None
-        self._lapsed_read_every_ms = LAPSED_READ_EVERY_MS  # 0: with every claim, as before (the bench's baseline)
+        self._lapsed_read_every_ms = LAPSED_READ_EVERY_MS  # 0: with every claim (the bench's baseline design)
         self._backlog_short = True
 
     # -- the clock ------------------------------------------------------------------------------------------
@@ -74,18 +77,8 @@ class QueueCore:
         return int(rows[0][0])
 
     async def _now_ms(self) -> int:
-        # An injected clock (a test's, as the memory queue takes) stands in for the server's; every instant the
-        # queue writes or compares is a parameter, so nothing else reads the server's time.
-        if self._injected_clock is not None:
-            return int(self._injected_clock())
+        # The hot paths (enqueue, claim, settle) try `self._clock.fresh()` first, which needs no await.
         return await self._clock.now()
-
-    def _fresh_now_ms(self) -> int | None:
-        """`_now_ms()` without an await when it needs none (see `StoreClock.fresh`); else None. The hot paths
-        (enqueue, claim, settle) read `self._fresh_now_ms() or await self._now_ms()`: an instant is never 0."""
-        if self._injected_clock is not None:
-            return int(self._injected_clock())
-        return self._clock.fresh()
 
     async def now(self) -> datetime:
         return from_epoch_ms(await self._now_ms())

@@ -43,6 +43,7 @@ def job_from_columns(c: dict[str, Any]) -> Job:
         run_id=_optional_text(c["run_id"]),
         cancel_requested=bool(c["cancel_requested"]),
         error=None if c["error"] is None else str(c["error"]),
+        claimed_at=_optional_int(c["claimed_at"]),
     )
 
 

@@ -26,7 +26,7 @@ class ScheduleCalls(QueueCore):
         return [schedule_from_row(row) for row in rows]
 
     async def advance_schedule(self, *, space_id: int, action_id: str, from_at: int, to_at: int, missed: int) -> bool:
-        check.advance_args(space_id, action_id, from_at, to_at, missed)
+        check.advance_args(space_id=space_id, action_id=action_id, from_at=from_at, to_at=to_at, missed=missed)
         now = await self._now_ms()
         args = (to_at, from_at, missed, now, space_id, action_id, from_at)
         try:

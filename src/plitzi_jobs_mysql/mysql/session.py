@@ -19,6 +19,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pymysql
@@ -29,7 +30,7 @@ from . import packet
 from .flavour import CAUSAL_WAIT, GROUP_CONSISTENCY, Flavour, flavour_of
 from .schema.state import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
 from .schema.tables import table_names
-from .statements import CLUSTER_PROBE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
+from .statements import CLUSTER_PROBE, CURRENT_DATABASE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
 
 log = logging.getLogger(__name__)
 
@@ -262,10 +263,12 @@ class MysqlStore:
             rows = await conn.fetch(self.sql.server_limits)
             self.max_packet, version = int(rows[0][0]), as_text(rows[0][1])
             state = await self._schema_state(conn)
-            mismatch = state.error()
-            if mismatch is not None:
+            if state.error() is not None:
                 # Nothing written yet: refusing here is what keeps a write from failing half-way on wrong tables.
-                log.error("%s", mismatch)
+                # The caller reports it (a worker or scheduler logs it once and stops), naming the database.
+                rows = await conn.fetch(CURRENT_DATABASE)
+                mismatch = replace(state, database=as_text(rows[0][0]) if rows and rows[0][0] else None).error()
+                assert mismatch is not None
                 raise mismatch
             if any(table.found == UNRECORDED for table in state.tables):
                 log.info("tables %s carry no version record; `plitzi-jobs-mysql migrate` records it",

@@ -15,7 +15,7 @@ Rules the statements keep, whatever the pool's autocommit, isolation level or cl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..records import JobStatus
 from .schema.tables import table_names
@@ -48,6 +48,7 @@ JOB_COLUMN_NAMES = (
     "run_id",
     "cancel_requested",
     "error",
+    "claimed_at",
 )
 SCHEDULE_COLUMN_NAMES = (
     "space_id",
@@ -77,6 +78,8 @@ SCHEMA_COLUMNS = (
     "AND TABLE_NAME IN %s ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
 
+#: The database a session is in: what a refusal's fix names (`migrate --url mysql://…/DATABASE`).
+CURRENT_DATABASE = "SELECT DATABASE()"
 # What first use reads to tell a cluster node (flavour.py): Galera's switch, and Group Replication's group name.
 CLUSTER_PROBE = "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_replication_group_name')"
 
@@ -84,6 +87,11 @@ CLUSTER_PROBE = "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_repli
 def count_rows(table: str) -> str:
     """What `migrate --dry-run` reports a copy would move (`table` is one of `table_names`)."""
     return f"SELECT COUNT(*) FROM `{table}`"
+
+
+#: A claim's instant: the claim's now, but always after the job's previous claim, so two claims of one job never
+#: share one (even within a millisecond) and a settle carrying its claim's instant tells the claims apart.
+NEXT_CLAIM = "GREATEST(%(now)s, COALESCE(claimed_at + 1, 0))"
 
 
 def _nowait(statement: str, table: str, key: str, match: str) -> str:
@@ -141,12 +149,9 @@ class Statements:
     claim_lapsed_candidates: str
     claim_pending: str
     claim_lapsed: str
-    claim_pending_nowait: str
-    claim_lapsed_nowait: str
     claimed_jobs: str
     dead_by_loss: str
     renew_leases: str
-    renew_leases_nowait: str
     cancel_requested_ids: str
     settle: str
     settle_succeeded: str
@@ -190,6 +195,14 @@ class Statements:
     kv_holders: str
     kv_delete_unchanged_one: str
     kv_delete_unchanged: str
+    # Where the server cannot bound one statement's lock wait to nothing (MySQL: no SET STATEMENT, and
+    # innodb_lock_wait_timeout, session or SET_VAR hint, is at least 1 s), the compare-and-set locks its own row
+    # NOWAIT first: a row another transaction holds fails the statement at once with 3572, a lost race, instead
+    # of waiting out the holder's lock. Derived from the statements above (statements_for); the renewal takes
+    # `ids` a second time, last.
+    claim_pending_nowait: str = ""
+    claim_lapsed_nowait: str = ""
+    renew_leases_nowait: str = ""
 
 
 def statements_for(prefix: str) -> Statements:
@@ -212,36 +225,7 @@ def statements_for(prefix: str) -> Statements:
         f"SELECT seq, run_at, 1 FROM {jobs} FORCE INDEX (job_due) "
         "WHERE status = 'running' AND lease_until < %s ORDER BY run_at, seq LIMIT %s"
     )
-    claim_pending = (
-        f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
-        "lease_until = %(lease_until)s, claimed_at = %(now)s, updated_at = %(now)s "
-        "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
-    )
-    # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
-    # that kills its worker every time cannot loop forever.
-    claim_lapsed = (
-        f"UPDATE {jobs} SET "
-        "history = JSON_ARRAY_APPEND(history, '$', "
-        + _attempt_json(
-            "'lost'",
-            "COALESCE(CONVERT(worker_id USING utf8mb4), 'unknown')",
-            "NULL",
-            "%(lost)s",
-            "%(now)s",
-        )
-        + "), "
-        "status = IF(attempts >= max_attempts, 'dead', 'running'), "
-        "run_at = IF(status = 'dead', %(now)s, run_at), "
-        "error = IF(status = 'dead', %(lost)s, error), "
-        "attempts = IF(status = 'dead', attempts, attempts + 1), "
-        "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
-        "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
-        "claimed_at = IF(status = 'dead', claimed_at, %(now)s), "
-        "updated_at = %(now)s "
-        "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
-    )
-    renew_leases = f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
-    return Statements(
+    base = Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
         server_limits="SELECT @@max_allowed_packet, VERSION()",
@@ -263,22 +247,40 @@ def statements_for(prefix: str) -> Statements:
         claim_pending_candidates=pending_read,
         claim_lapsed_candidates=lapsed_read,
         claim_candidates=f"({pending_read}) UNION ALL ({lapsed_read})",
-        claim_pending=claim_pending,
-        claim_lapsed=claim_lapsed,
-        # Where the server cannot bound one statement's lock wait to nothing (MySQL: no SET STATEMENT, and
-        # innodb_lock_wait_timeout, session or SET_VAR hint, is at least 1 s), the compare-and-set locks its own
-        # row NOWAIT first: a row another transaction holds fails the statement at once with 3572, a lost race,
-        # instead of waiting out the holder's lock.
-        claim_pending_nowait=_nowait(claim_pending, jobs, "seq", "= %(seq)s"),
-        claim_lapsed_nowait=_nowait(claim_lapsed, jobs, "seq", "= %(seq)s"),
+        claim_pending=(
+            f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
+            f"lease_until = %(lease_until)s, claimed_at = {NEXT_CLAIM}, updated_at = %(now)s "
+            "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
+        ),
+        # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
+        # that kills its worker every time cannot loop forever.
+        claim_lapsed=(
+            f"UPDATE {jobs} SET "
+            "history = JSON_ARRAY_APPEND(history, '$', "
+            + _attempt_json(
+                "'lost'",
+                "COALESCE(CONVERT(worker_id USING utf8mb4), 'unknown')",
+                "NULL",
+                "%(lost)s",
+                "%(now)s",
+            )
+            + "), "
+            "status = IF(attempts >= max_attempts, 'dead', 'running'), "
+            "run_at = IF(status = 'dead', %(now)s, run_at), "
+            "error = IF(status = 'dead', %(lost)s, error), "
+            "attempts = IF(status = 'dead', attempts, attempts + 1), "
+            "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
+            "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
+            f"claimed_at = IF(status = 'dead', claimed_at, {NEXT_CLAIM}), "
+            "updated_at = %(now)s "
+            "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
+        ),
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
         # Read only when a claim won a row it did not get back: no worker holds such a job, so the claim reports it.
         dead_by_loss=(
             f"SELECT id, space_id, action_id, attempts, max_attempts FROM {jobs} WHERE seq IN %s AND status = 'dead'"
         ),
-        renew_leases=renew_leases,
-        # The same with its rows locked NOWAIT (MySQL; as the claims): takes `ids` a second time, last.
-        renew_leases_nowait=_nowait(renew_leases, jobs, "id", "IN %s"),
+        renew_leases=(f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"),
         cancel_requested_ids=(
             f"SELECT id FROM {jobs} WHERE id IN %s AND worker_id = %s AND status = 'running' AND cancel_requested = 1"
         ),
@@ -296,12 +298,14 @@ def statements_for(prefix: str) -> Statements:
             # A hand-back of a job never started gives its attempt back.
             "attempts = IF(status = 'pending' AND NOT %(has_attempt)s, GREATEST(attempts - 1, 0), attempts), "
             "updated_at = %(now)s "
-            "WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'running'"
+            "WHERE id = %(id)s AND worker_id = %(worker)s AND status = 'running' "
+            "AND (%(claimed_at)s IS NULL OR claimed_at = %(claimed_at)s)"
         ),
         # Many succeeded jobs of one worker in one statement: per row exactly what `settle` writes for
         # status='succeeded' with a 'succeeded' attempt (same history entry, each row its own run_id through
-        # `{run}`, a CASE id WHEN ... the caller builds), under the same holder guard, so a row another worker
-        # took over, or one already settled, is left alone. One statement per batch rather than per job.
+        # `{run}`, a CASE id WHEN ... the caller builds), under the same holder guard (`{claim}`: each row's claim
+        # instant, when given), so a row another claim took over, or one already settled, is left alone. One
+        # statement per batch rather than per job.
         settle_succeeded=(
             f"UPDATE {jobs} SET "
             "history = JSON_ARRAY_APPEND(history, '$', "
@@ -313,7 +317,7 @@ def statements_for(prefix: str) -> Statements:
             "lease_until = NULL, "
             "run_at = %(now)s, "
             "updated_at = %(now)s "
-            "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'"
+            "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'{claim}"
         ),
         get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
         list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
@@ -399,9 +403,8 @@ def statements_for(prefix: str) -> Statements:
         ),
         # -- kv ---------------------------------------------------------------------------------------------
         kv_get=f"SELECT v FROM {kv} WHERE k = %s AND {live}",
-        # Parameters repeated rather than VALUES(col), which MySQL 8.0.20+ deprecates with a warning per call.
-        # The value travels once (an upsert repeating the parameter sent it twice, and VALUES(col) is deprecated
-        # in MySQL 8.0.20+): a key's row is wholly replaced anyway.
+        # A key's row is wholly replaced, so REPLACE sends the value once (an upsert would repeat the parameter,
+        # sending it twice, or use VALUES(col), which MySQL 8.0.20+ deprecates with a warning per call).
         kv_set=f"REPLACE INTO {kv} (k, v, expires_at) VALUES (%s, %s, {NOW_MS} + %s)",
         kv_delete=f"DELETE FROM {kv} WHERE k = %s",
         # A missing or lapsed key counts from 0 and loses its lifetime; a live one keeps it. A live value that is
@@ -434,4 +437,10 @@ def statements_for(prefix: str) -> Statements:
         # The values here are a worker's short tokens, sent whole and compared as bytes (PAD SPACE would not do).
         kv_delete_unchanged_one="(k = %s AND CAST(v AS BINARY) = CAST(%s AS BINARY))",
         kv_delete_unchanged=f"DELETE FROM {kv} WHERE ",
+    )
+    return replace(
+        base,
+        claim_pending_nowait=_nowait(base.claim_pending, jobs, "seq", "= %(seq)s"),
+        claim_lapsed_nowait=_nowait(base.claim_lapsed, jobs, "seq", "= %(seq)s"),
+        renew_leases_nowait=_nowait(base.renew_leases, jobs, "id", "IN %s"),
     )

@@ -31,8 +31,9 @@ from ..contract.clock import from_epoch_ms, to_epoch_ms
 from ..contract.cron import cron_fires_between, cron_next_fire
 from ..contract.events import Emitter, EventKind, JobEvent
 from ..contract.protocols import JobQueue
-from ..errors import StoreUnavailableError
+from ..errors import SchemaMismatchError, StoreUnavailableError
 from ..records import JobInput, MissedFires, Schedule, ScheduleInput, SweepResult, schedule_job_id
+from .halt import Halt
 from .options import SchedulerOptions, SchedulerSettings
 from .schedules import ActionLookups, read_schedule
 
@@ -58,18 +59,22 @@ def _log_error(error: BaseException) -> None:
 class Scheduler:
     """A leaderless producer: `sweep()` turns due schedules into jobs; `start()` runs it on a timer."""
 
-    def __init__(self, *, queue: JobQueue, lookups: ActionLookups, **options: Unpack[SchedulerOptions]) -> None:
-        settings = SchedulerSettings(**options)
+    def __init__(
+        self,
+        *,
+        queue: JobQueue,
+        lookups: ActionLookups,
+        halt: Halt | None = None,
+        **options: Unpack[SchedulerOptions],
+    ) -> None:
+        self.settings = SchedulerSettings(**options)
         self.queue = queue
         self.lookups = lookups
-        self.environment = settings.environment
-        self.poll_ms = settings.poll_ms
-        self.batch = settings.batch
-        self.max_attempts = settings.max_attempts
-        self.reconcile_ms = settings.reconcile_ms
-        self.spaces = None if settings.spaces is None else list(settings.spaces)
-        self.on_error = settings.on_error or _log_error
-        self._emit = Emitter(settings.on_event, logger)
+        self.on_error = self.settings.on_error or _log_error
+        self._emit = Emitter(self.settings.on_event, logger)
+        # Shared with the worker by `create_action_jobs`: tables the store refuses stop both (see `failure`).
+        self._halt = halt or Halt()
+        self._halt.when_tripped(self.stop)
         # The passes under way, each kind on its own: a slow reconcile must not hold up due fires, nor a long
         # sweep skip a whole reconcile period.
         self._running: set[Callable[[], Coroutine[Any, Any, Any]]] = set()
@@ -82,7 +87,7 @@ class Scheduler:
         result = SweepResult(enqueued=[], duplicates=[], missed=[])
         at = to_epoch_ms(await self.queue.now())
         failures: list[Exception] = []
-        due = await self.queue.due_schedules(self.batch)
+        due = await self.queue.due_schedules(self.settings.batch)
         for schedule in due:
             try:
                 await self._produce(schedule, at, result)
@@ -176,7 +181,9 @@ class Scheduler:
         at = await self.queue.now()
         schedules: list[ScheduleInput] = []
         for entry in entries:
-            schedule, problem = read_schedule(entry, space_id, self.environment, at, self.max_attempts)
+            schedule, problem = read_schedule(
+                entry, space_id, self.settings.environment, at, self.settings.max_attempts
+            )
             if schedule is not None:
                 schedules.append(schedule)
             elif problem is not None:
@@ -194,13 +201,15 @@ class Scheduler:
         listed = getattr(self.lookups, "list_scheduled_spaces", None)
         if listed is not None:
             return list(await listed())
-        return list(self.spaces or [])
+        return list(self.settings.spaces or [])
 
     async def _reconcile_all(self) -> None:
         for space_id in await self._scheduled_spaces():
             # One space whose actions cannot be read must not keep every other space's schedules stale.
             try:
                 await self.reconcile(space_id)
+            except SchemaMismatchError:
+                raise  # not this space's: no space can be reconciled (`_guarded` stops the scheduler)
             except Exception as error:
                 self.on_error(error)
 
@@ -214,6 +223,9 @@ class Scheduler:
         self._running.add(run)
         try:
             await run()
+        except SchemaMismatchError as error:  # no later pass can succeed: stop, saying so once
+            reported = None if self.on_error is _log_error else self.on_error
+            self._halt.trip(error, logger, "the scheduler stops sweeping", reported)
         except Exception as error:
             self.on_error(error)
         finally:
@@ -243,17 +255,28 @@ class Scheduler:
     def start(self) -> None:
         """Sweeps every `poll_ms` (plus up to a second of jitter, so replicas started together spread out) and
         reconciles the known spaces every `reconcile_ms`. Call it inside a running event loop."""
-        if self._tasks:
+        if self._tasks or self._halt.error is not None:
             return
-        interval = self.poll_ms + int(random.random() * 1000)
+        interval = self.settings.poll_ms + int(random.random() * 1000)
         self._tasks.append(asyncio.create_task(self._every(interval, self._bounded_sweep, False)))
-        if getattr(self.lookups, "list_scheduled_spaces", None) is None and not self.spaces:
+        if getattr(self.lookups, "list_scheduled_spaces", None) is None and not self.settings.spaces:
             logger.warning(
                 "schedules are running but nothing says which spaces to watch: pass `spaces`, or give the "
                 "lookups a `list_scheduled_spaces()`; until then only reconcile(space_id) calls update them"
             )
             return
-        self._tasks.append(asyncio.create_task(self._every(self.reconcile_ms, self._reconcile_all, True)))
+        self._tasks.append(asyncio.create_task(self._every(self.settings.reconcile_ms, self._reconcile_all, True)))
+
+    @property
+    def running(self) -> bool:
+        """Whether `start()`'s timers run (they end with `stop()`, or when the store refuses its tables)."""
+        return bool(self._tasks)
+
+    @property
+    def failure(self) -> SchemaMismatchError | None:
+        """Why the scheduler stopped sweeping for good: the store refused its tables (logged once at ERROR, with
+        the fix). None while it may sweep."""
+        return self._halt.error
 
     def stop(self) -> None:
         """Cancels the timers. A pass cut short is safe: a fire is enqueued before its schedule moves."""

@@ -1,7 +1,7 @@
 """Succeeded settles written together: a worker's jobs whose handlers succeeded while its last batch was being
-written go in the next one, one statement (`MysqlJobQueue.settle_succeeded`) rather than one UPDATE per job.
-Only the drain's common case is batched; every other settle (a retry, a failure, a cancel, a hand-back) stays
-one call per job."""
+written go in the next one, one call (the queue's `settle_succeeded`, the `SettlesSucceeded` capability: one
+statement on MySQL) rather than one UPDATE per job. Only the drain's common case is batched; every other settle
+(a retry, a failure, a cancel, a hand-back) stays one call per job (completer.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from ..records import SucceededJob
+
 #: A succeeded job waits this long for others to settle with it: by default no longer than the statement already
 #: in flight (group commit: those arriving while one batch is written go in the next), plus one turn of the loop
 #: for handlers that returned together. A real linger (5 ms was tried) costs crash safety: the slot already runs
-#: the next job, so a worker killed in the linger (tests/test_killed_workers.py, a job that SIGKILLs its worker
-#: claimed right after a slot freed) has finished jobs still 'running' in the table, and they run again.
+#: the next job, so a worker killed in the linger (tests/faults/test_killed_workers.py, a job that SIGKILLs its
+#: worker claimed right after a slot freed) has finished jobs still 'running' in the table, and they run again.
 SETTLE_LINGER_S: Final = 0.0
 #: ... unless this many are waiting already (a statement of that many primary-key lookups, still small).
 SETTLE_BATCH: Final = 32
@@ -27,7 +29,7 @@ class SucceededSettles:
 
     def __init__(
         self,
-        settle_many: Callable[[list[tuple[str, str | None]]], Awaitable[None]],
+        settle_many: Callable[[list[SucceededJob]], Awaitable[None]],
         on_error: Callable[[BaseException], None],
         *,
         linger_s: float | None = None,
@@ -37,18 +39,18 @@ class SucceededSettles:
         self._on_error = on_error
         self._linger_s = SETTLE_LINGER_S if linger_s is None else linger_s
         self._batch = SETTLE_BATCH if batch is None else batch
-        self._waiting: list[tuple[str, str | None]] = []
+        self._waiting: list[SucceededJob] = []
         self._outcome: asyncio.Future[BaseException | None] | None = None  # the waiting ones' batch
         self._flusher: asyncio.Future[None] | None = None
         self._hurry = asyncio.Event()
 
-    async def settle(self, job_id: str, run_id: str | None, *, urgent: bool = False) -> BaseException | None:
+    async def settle(self, job: SucceededJob, *, urgent: bool = False) -> BaseException | None:
         """Returns once the job's batch was written (None) or failed (the error, already reported: settle the job
         alone). `urgent`: the worker is stopping, so nothing lingers."""
         if self._outcome is None:
             self._outcome = asyncio.get_running_loop().create_future()
         outcome = self._outcome
-        self._waiting.append((job_id, run_id))
+        self._waiting.append(job)
         if urgent or len(self._waiting) >= self._batch:
             self._hurry.set()
         if self._flusher is None:

@@ -4,8 +4,9 @@ Every replica may run one; a claim is atomic, so two workers never receive the s
 that the heartbeat renews every third of its length while the handler runs, so a long job keeps its claim and
 a dead process does not: its jobs are taken over once the lease lapses.
 
-This module claims, beats and runs the timers; one claimed job's run, from its start to its settle, is in
-job_run.py, the single-flight kv key a run holds in single_flight.py.
+This module is the worker: its slots, its claims, the heartbeat and the timers. Each claimed job is an
+`Execution` (execution.py), built with what it needs: the completer that writes its outcome (completer.py), the
+single-flight keys (single_flight.py), the retry policy (retry.py) and the worker's callbacks.
 """
 
 from __future__ import annotations
@@ -13,41 +14,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import secrets
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Final, Unpack
 
-from ..contract import validation as check
+from ..contract.capabilities import AnnouncesDueJobs
 from ..contract.events import Emitter
 from ..contract.protocols import JobQueue, KvStore
-from .job_run import HANDBACK_DELAY_MS as HANDBACK_DELAY_MS  # re-exported: it is imported from here
-from .job_run import (
-    MIN_CALL_BOUND_S,
-    JobHandler,
-    JobRun,
-    PermanentFailure,
-    RetryLater,
-    _Abandoned,
-    _describe,
-    _Held,
-    _log_error,
-    logger,
-)
+from ..errors import SchemaMismatchError
+from ..records import Job
+from .completer import completer_for
+from .execution import HANDBACK_DELAY_MS as HANDBACK_DELAY_MS  # re-exported: it is imported from here
+from .execution import Collaborators, Execution, Stage
+from .halt import Halt
+from .handler import JobHandler, PermanentFailure, RetryLater
 from .options import WorkerOptions, WorkerSettings
-from .settles import SucceededSettles
-from .single_flight import KeyReleases, kv_key, kv_token
+from .retry import RetryPolicy
+from .single_flight import SingleFlight
+from .store_calls import MIN_CALL_BOUND_S, StoreCallAbandoned, bounded, call_bound_s, log_error, logger
 
 __all__ = ["JobHandler", "JobWorker", "PermanentFailure", "RetryLater", "create_job_worker"]
 
-#: The jitter added to a retry is at most this, however long the backoff has grown.
-MAX_JITTER_MS: Final = 30_000
-#: With the kv unreachable, a claimed job goes back after this long and the worker claims nothing meanwhile,
-#: doubling with every failure in a row up to the ceiling, so an outage costs a claim every few minutes, not
-#: a claim and a hand-back per job per second.
-KV_BACKOFF_FIRST_MS: Final = 1_000
-KV_BACKOFF_MAX_MS: Final = 300_000
 #: Claims a busy worker keeps in flight at once, each on its own pooled connection. A claim is a read, then one
 #: compare-and-set per job in sequence, then a read-back: one at a time, claiming alone filled a drain's wall
 #: time while the slots waited. While claims come back full, the free slots are split over up to this many.
@@ -58,131 +47,204 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()[:120]}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
-class JobWorker(JobRun):
+class JobWorker:
     """Runs up to `workers` handlers at once. `poll()` and `beat()` are the two halves `start()` puts on
-    timers."""
+    timers.
+
+    `random` (a callable answering a float in [0, 1)) is the retry jitter's source of chance, for tests; `halt` is
+    shared with a scheduler by `create_action_jobs`, so tables the store refuses stop both (see `failure`)."""
 
     def __init__(
-        self, *, queue: JobQueue, handler: JobHandler, kv: KvStore | None = None, **options: Unpack[WorkerOptions]
+        self,
+        *,
+        queue: JobQueue,
+        handler: JobHandler,
+        kv: KvStore | None = None,
+        random: Callable[[], float] | None = None,
+        halt: Halt | None = None,
+        **options: Unpack[WorkerOptions],
     ) -> None:
         if not callable(handler):
             raise TypeError("handler must be an async callable taking a Job")
         settings = WorkerSettings(**options)
+        if settings.worker_id is None:
+            settings = replace(settings, worker_id=_default_worker_id())
+        self.settings = settings
         self.queue = queue
-        self.handler = handler
-        self.workers = settings.workers
-        self.poll_ms = settings.poll_ms
-        self.lease_ms = settings.lease_ms
-        self.backoff_base_ms = settings.backoff_base_ms
-        self.backoff_max_ms = settings.backoff_max_ms
-        self.worker_id = settings.worker_id or _default_worker_id()
         self.kv = kv
-        self.on_error = settings.on_error or _log_error
-        self._emit = Emitter(settings.on_event, logger)
-        self._kv_failures = 0  # in a row
-        self._kv_delay_ms = 0
-        self._kv_resume_at = 0.0  # the loop's clock; no claims before it while the kv is unreachable
-        self._held: dict[str, _Held] = {}
-        self._settling = 0
+        self.on_error = settings.on_error or log_error
+        self._halt = halt or Halt()
+        self._halt.when_tripped(self._halted)
+        base, ceiling = settings.backoff_base_ms, settings.backoff_max_ms
+        self.retry = RetryPolicy(base, ceiling) if random is None else RetryPolicy(base, ceiling, random)
+        self._keys = None
+        if kv is not None:
+            self._keys = SingleFlight(
+                kv,
+                worker_id=self.worker_id,
+                lease_ms=settings.lease_ms,
+                on_error=self.on_error,
+                on_refused=self._refused,
+            )
+        self._completer = completer_for(
+            queue, worker_id=self.worker_id, lease_ms=settings.lease_ms, on_error=self.on_error
+        )
+        self._crew = Collaborators(
+            handler=handler,
+            worker_id=self.worker_id,
+            completer=self._completer,
+            keys=self._keys,
+            retry=self.retry,
+            emit=Emitter(settings.on_event, logger),
+            on_error=self.on_error,
+            stopping=self._is_stopping,
+            slot_free=self._slot_free,
+            released=self._released_one,
+            look_for_work=self._nudge,
+            track=self._track,
+        )
+        self._held: dict[str, Execution] = {}  # by job id: the execution holding each job's current claim
+        self._settling: set[Execution] = set()  # held, handler over, slot free while the outcome is written
         self._runs: set[asyncio.Task[Any]] = set()
         self._reserved = 0  # slots promised to claims in flight
         self._claims_in_flight = 0
-        self._claims_done = asyncio.Event()  # set whenever no claim is in flight
-        self._claims_done.set()
         self._more_waiting = False  # the last claim came back full: more jobs are likely due
-        delete_unchanged = getattr(kv, "delete_unchanged", None)
-        self._key_releases = KeyReleases(delete_unchanged, self.on_error) if delete_unchanged is not None else None
-        settle_succeeded = getattr(queue, "settle_succeeded", None)
-        self._succeeded_settles = None
-        if settle_succeeded is not None:  # the MySQL queue: one statement for many succeeded jobs
-
-            async def settle_many(jobs: list[tuple[str, str | None]]) -> None:
-                await self._bounded("a settle", settle_succeeded(worker_id=self.worker_id, jobs=jobs))
-
-            self._succeeded_settles = SucceededSettles(settle_many, self.on_error)
         self._stopping = False
         self._wake = asyncio.Event()
         self._nudges = 0  # counts reasons to claim (a slot freed, a job announced) that came while claiming
         self._unsubscribe: Callable[[], None] | None = None
-        self._released = asyncio.Event()  # set whenever a held job is let go of
+        self._changed = asyncio.Event()  # set whenever a job is let go of, a claim ends or a task of a run ends
         self._poll_task: asyncio.Task[None] | None = None
         self._beat_task: asyncio.Task[None] | None = None
 
-    # -- introspection ---------------------------------------------------------------------------------------
+    @property
+    def worker_id(self) -> str:
+        worker_id = self.settings.worker_id
+        assert worker_id is not None
+        return worker_id
+
+    # -- what it is doing ------------------------------------------------------------------------------------
 
     def in_flight(self) -> int:
         """Handlers running now."""
-        return sum(1 for h in self._held.values() if h.handler_task is not None and not h.handler_task.done())
+        return sum(1 for execution in self._held.values() if execution.stage is Stage.RUNNING)
+
+    @property
+    def running(self) -> bool:
+        """Whether `start()`'s claiming timer runs (it ends with `stop()`, or when the store refuses its tables)."""
+        return self._poll_task is not None and not self._poll_task.done()
+
+    @property
+    def failure(self) -> SchemaMismatchError | None:
+        """Why the worker stopped claiming for good: the store refused its tables (logged once at ERROR, with the
+        fix). None while it may claim."""
+        return self._halt.error
+
+    async def idle(self) -> None:
+        """Returns once this worker holds no job, has no claim in flight, and every run's last step (its settle,
+        its single-flight key given back) is done: what a test waits on after `poll()`, rather than a sleep."""
+        while self._held or self._claims_in_flight or self._runs:
+            self._changed.clear()
+            await self._changed.wait()
 
     def backoff_ms(self, attempt: int) -> int:
-        """The retry delay after attempt `attempt`: doubling from the base up to the ceiling, plus jitter so
-        the jobs one outage failed together do not all come back in the same second."""
-        doublings = min(max(0, attempt - 1), 62)  # past that the ceiling has long been reached
-        delay = min(self.backoff_max_ms, self.backoff_base_ms * (1 << doublings))
-        cap = min(delay, MAX_JITTER_MS)
-        jitter = min(cap - 1, int(float(random.random()) * cap)) if cap > 0 else 0
-        return min(delay + jitter, check.MAX_DURATION_MS)
+        """The retry delay after attempt `attempt` (`RetryPolicy.backoff_ms`)."""
+        return self.retry.backoff_ms(attempt)
 
-    # -- claiming --------------------------------------------------------------------------------------------
+    # -- slots -----------------------------------------------------------------------------------------------
 
     def _free(self) -> int:
         # A held job whose handler is over no longer takes a slot, but no more than `workers` of those count as
         # free, so a store slow to take settles cannot pile up leases without end.
-        return self.workers - (len(self._held) - min(self._settling, self.workers)) - self._reserved
+        workers = self.settings.workers
+        return workers - (len(self._held) - min(len(self._settling), workers)) - self._reserved
 
-    def _handler_done(self, held: _Held) -> None:
-        if not held.settling and not held.settled:
-            held.settling = True
-            self._settling += 1
+    def _slot_free(self, execution: Execution) -> None:
+        self._settling.add(execution)
         self._nudge()  # a slot is free: look for work now, beside this job's settle
+
+    def _released_one(self, execution: Execution) -> None:
+        self._settling.discard(execution)
+        if self._held.get(execution.job.id) is execution:
+            del self._held[execution.job.id]
+        self._changed.set()
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+    # -- claiming --------------------------------------------------------------------------------------------
 
     def _reserve(self, limit: int) -> None:
         """Promises `limit` free slots to a claim about to start, so claims in flight at once never count the
         same free slot twice. `_claim` gives them back."""
         self._reserved += limit
         self._claims_in_flight += 1
-        self._claims_done.clear()
 
-    async def _claim(self, limit: int) -> list[_Held]:
-        """Claims up to `limit` jobs into the slots `_reserve(limit)` promised."""
+    def _claimable(self) -> bool:
+        if self._stopping or self._halt.error is not None:
+            return False
+        return self._keys is None or not self._keys.paused()  # the kv unreachable: nothing claimed could run
+
+    async def _claim(self, limit: int) -> list[Job]:
+        """Claims up to `limit` jobs into the slots `_reserve(limit)` promised; the caller holds them (`_hold`)
+        before its next await."""
+        settings = self.settings
         try:
             # A whole lease: a claim that took longer handed out leases already over, and one abandoned after it
             # won rows leaves those to their lease.
-            claimed = await self._bounded(
+            claimed = await bounded(
                 "a claim",
-                self.queue.claim(worker_id=self.worker_id, lease_ms=self.lease_ms, limit=limit),
-                max(self.lease_ms / 1000, MIN_CALL_BOUND_S),
+                self.queue.claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit),
+                max(settings.lease_ms / 1000, MIN_CALL_BOUND_S),
             )
         finally:
             self._reserved -= limit
             self._claims_in_flight -= 1
-            if not self._claims_in_flight:
-                self._claims_done.set()
-        # A cancel asked for while an earlier holder ran it (and then died) stands: it is never run.
-        held = [_Held(job=job, cancel_requested=job.cancel_requested) for job in claimed]
-        for h in held:  # held from here on, so the heartbeat renews them whatever happens next
-            self._held[h.job.id] = h
-        return held
+            self._changed.set()
+        return claimed
+
+    def _hold(self, claimed: list[Job]) -> list[Execution]:
+        """Each claimed job held from here on, so the heartbeat renews it whatever happens next: a new execution
+        each, except for a job this worker still holds, whose execution adopts the new claim while its handler
+        runs (`Execution.adopt`) or else is followed by the new one once it has ended."""
+        executions = []
+        for job in claimed:
+            earlier = self._held.get(job.id)
+            if earlier is not None:
+                if earlier.adopt(job):
+                    continue
+                self._settling.discard(earlier)  # its slot is the new claim's now
+            execution = self._held[job.id] = Execution(job, self._crew, after=earlier)
+            executions.append(execution)
+        return executions
 
     async def poll(self) -> int:
         """One pass: claim what fits in the free slots and start it. Answers how many handlers it started."""
-        if self._stopping or asyncio.get_running_loop().time() < self._kv_resume_at:
+        if not self._claimable():
             return 0
         free = self._free()
         if free <= 0:
             return 0
         self._reserve(free)
-        held = await self._claim(free)
-        await self._take_keys(held)
-        started = await asyncio.gather(*(self._begin(h) for h in held))
+        try:
+            claimed = self._hold(await self._claim(free))
+        except SchemaMismatchError as error:
+            self._refused(error)
+            raise
+        await self._take_keys(claimed)
+        later = [execution for execution in claimed if execution.waits_for_earlier]
+        for execution in later:
+            self._track(asyncio.create_task(execution.begin(), name=f"job {execution.job.id} start"))
+        started = await asyncio.gather(*(e.begin() for e in claimed if not e.waits_for_earlier))
         return sum(started)
 
     def _fill(self) -> None:
         """Starts claims for the free slots: one at a time while the queue looks empty (an idle worker costs one
         read per poll), several at once, each its own share of the slots, while claims come back full."""
-        share = -(-self.workers // MAX_CLAIMS_IN_FLIGHT)
-        if asyncio.get_running_loop().time() < self._kv_resume_at:
-            return  # the kv is unreachable: nothing claimed could run
+        workers = self.settings.workers
+        share = -(-workers // MAX_CLAIMS_IN_FLIGHT)
+        if not self._claimable():
+            return
         while not self._stopping:
             free = self._free()
             if free <= 0:
@@ -200,7 +262,11 @@ class JobWorker(JobRun):
 
     def _track(self, task: asyncio.Task[Any]) -> None:
         self._runs.add(task)
-        task.add_done_callback(self._runs.discard)
+        task.add_done_callback(self._run_done)
+
+    def _run_done(self, task: asyncio.Task[Any]) -> None:
+        self._runs.discard(task)
+        self._changed.set()
 
     def _nudge(self) -> None:
         """Look for work now rather than at the next tick: a slot freed, or a job was announced."""
@@ -210,77 +276,43 @@ class JobWorker(JobRun):
     async def _claim_and_start(self, limit: int) -> None:
         nudges = self._nudges
         try:
-            held = await self._claim(limit)
+            jobs = await self._claim(limit)
+        except SchemaMismatchError as error:
+            self._refused(error)
+            return
         except Exception as error:
             self.on_error(error)
             self._more_waiting = False  # back off to the poll interval rather than hammer a failing store
             return
-        self._more_waiting = len(held) >= limit
+        claimed = self._hold(jobs)
+        self._more_waiting = len(jobs) >= limit
         if self._more_waiting or self._nudges != nudges:
             # More are likely due, or a slot freed / a job was announced while this claim ran (and may have
             # missed it): claim again now, beside this one's jobs starting.
             self._wake.set()
-        await self._take_keys(held)
-        for h in held:
-            if self._starts_at_once(h):
-                await self._begin(h)  # no store call on its way: no task of its own (a share of the CPU per job)
-            else:  # a hand-back or a swap: its round trip must not hold up the others' start
-                self._track(asyncio.create_task(self._begin(h), name=f"job {h.job.id} start"))
+        await self._take_keys(claimed)
+        for execution in claimed:
+            if execution.starts_at_once():
+                await execution.begin()  # no store call on its way: no task of its own (a share of the CPU per job)
+            else:  # a hand-back, a swap, or an earlier claim to wait for: it must not hold up the others' start
+                self._track(asyncio.create_task(execution.begin(), name=f"job {execution.job.id} start"))
 
-    def _starts_at_once(self, held: _Held) -> bool:
-        """Whether `_begin` will start the job's handler without a store call (so without suspending)."""
-        if self._stopping or held.cancel_requested:
-            return False
-        return self.kv is None or (held.kv_error is None and held.kv_key is not None)
-
-    async def _take_keys(self, held: list[_Held]) -> None:
-        """With a kv that takes many keys at once, the single-flight keys of one claim's jobs in one call
-        (one statement when all were free) rather than one swap per job."""
-        take_absent = getattr(self.kv, "take_absent", None)
-        if take_absent is None or not held:
+    async def _take_keys(self, claimed: list[Execution]) -> None:
+        """With a kv that takes many keys at once, the single-flight keys of one claim's jobs in one call (one
+        statement when all were free) rather than one swap per job. A job waiting for an earlier execution of its
+        own takes its key once that one gave it back."""
+        keys = self._keys
+        asking = [execution for execution in claimed if not execution.waits_for_earlier]
+        if keys is None or not keys.takes_many or not asking:
             return
-        pairs = [(kv_key(h.job.id), kv_token(self.worker_id)) for h in held]
         try:
-            answers = await self._bounded("a single-flight take", take_absent(pairs, self.lease_ms / 1000))
+            answers = await keys.take_many([execution.job.id for execution in asking])
         except Exception as error:
-            for h in held:
-                h.kv_error = error  # each goes back, and claiming pauses (`_kv_unreachable`)
+            for execution in asking:
+                execution.key_error = error  # each goes back, and claiming pauses (`SingleFlight.unreachable`)
             return
-        self._kv_reachable()
-        for h, (key, token), taken in zip(held, pairs, answers, strict=True):
-            if taken:
-                h.kv_key, h.kv_token = key, token
-            else:
-                h.kv_refused = True
-
-    async def _kv_unreachable(self, held: _Held, error: Exception) -> None:
-        """The single-flight key cannot be taken: the job goes back, and claiming pauses, longer each time."""
-        loop = asyncio.get_running_loop()
-        if loop.time() >= self._kv_resume_at:  # the jobs of one claim share one failure
-            self._kv_failures += 1
-            doublings = min(self._kv_failures - 1, 20)
-            self._kv_delay_ms = min(KV_BACKOFF_MAX_MS, KV_BACKOFF_FIRST_MS * (1 << doublings))
-            self._kv_resume_at = loop.time() + self._kv_delay_ms / 1000
-            logger.warning(
-                "the kv store is unreachable (%s), so no job can take its single-flight key: job %r goes back to "
-                "the queue and this worker claims nothing for %d ms (failure %d in a row; the pause doubles up "
-                "to %d ms)",
-                _describe(error),
-                held.job.id,
-                self._kv_delay_ms,
-                self._kv_failures,
-                KV_BACKOFF_MAX_MS,
-                exc_info=error if self._kv_failures == 1 else None,
-            )
-            if self.on_error is not _log_error:
-                self.on_error(error)
-        await self._hand_back(held, self._kv_delay_ms)
-
-    def _kv_reachable(self) -> None:
-        if self._kv_failures:
-            logger.warning("the kv store answers again after %d failures in a row; claiming resumes", self._kv_failures)
-        self._kv_failures = 0
-        self._kv_resume_at = 0.0
+        for execution, key in zip(asking, answers, strict=True):
+            execution.offer_key(key)
 
     # -- the heartbeat ---------------------------------------------------------------------------------------
 
@@ -291,23 +323,18 @@ class JobWorker(JobRun):
         if not held:
             return
         cancelled = await self.queue.heartbeat(
-            job_ids=[h.job.id for h in held], worker_id=self.worker_id, lease_ms=self.lease_ms
+            job_ids=[execution.job.id for execution in held],
+            worker_id=self.worker_id,
+            lease_ms=self.settings.lease_ms,
         )
         for job_id in cancelled:
-            h = self._held.get(job_id)
-            if h is None or h.cancel_requested:
-                continue
-            h.cancel_requested = True
-            if h.handler_task is not None:
-                h.handler_task.cancel()
-        if self.kv is not None:
-            for h in held:
-                if h.kv_key is None or h.kv_token is None or h.settled:
-                    continue
-                try:
-                    await self.kv.swap(h.kv_key, h.kv_token, h.kv_token, self.lease_ms / 1000)
-                except Exception as error:
-                    self.on_error(error)
+            execution = self._held.get(job_id)
+            if execution is not None:
+                execution.request_cancel()
+        if self._keys is not None:
+            for execution in held:
+                if execution.key is not None and execution.stage is not Stage.RELEASED:
+                    await self._keys.renew(execution.key)
 
     # -- the timers ------------------------------------------------------------------------------------------
 
@@ -315,38 +342,46 @@ class JobWorker(JobRun):
         # Claims start on each tick, whenever a slot frees, and at once again while claims come back full;
         # a claim that comes back short waits for the next of those.
         wake = self._wake
-        while not self._stopping:
+        while not self._stopping and self._halt.error is None:
             wake.clear()
             self._fill()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), self.poll_ms / 1000)
+                await asyncio.wait_for(wake.wait(), self.settings.poll_ms / 1000)
 
     async def _beat_loop(self) -> None:
-        interval = max(self.lease_ms / 3, 1) / 1000
+        interval = max(self.settings.lease_ms / 3, 1) / 1000
         pause = interval
         while True:
             await asyncio.sleep(pause)
             pause = interval
             try:
-                await self._bounded("a heartbeat", self.beat())
-            except _Abandoned as error:
+                await bounded("a heartbeat", self.beat(), call_bound_s(self.settings.lease_ms))
+            except StoreCallAbandoned as error:
                 self.on_error(error)
                 pause = 0  # abandoned on a silent connection: again at once, on another, while the lease holds
             except Exception as error:
                 self.on_error(error)
 
+    def _refused(self, error: SchemaMismatchError) -> None:
+        reported = None if self.on_error is log_error else self.on_error
+        self._halt.trip(error, logger, "the job worker stops claiming", reported)
+
+    def _halted(self) -> None:
+        self._wake.set()  # the poll loop ends; what runs here finishes and settles
+
     def start(self) -> None:
         """Starts claiming (every `poll_ms`, and whenever a slot frees) and beating. Call it inside a running
         loop."""
         self._stopping = False
-        wakeups = getattr(self.queue, "wakeups", None)
-        topic = getattr(self.queue, "wakeup_topic", None)
-        if self._unsubscribe is None and self.workers > 0 and wakeups is not None and isinstance(topic, str):
-            # An enqueue of a due job (in this process, or wherever the channel reaches) starts a claim at once.
-            self._unsubscribe = wakeups.subscribe(topic, self._nudge)
+        workers = self.settings.workers
+        queue = self.queue
+        if self._unsubscribe is None and workers > 0 and isinstance(queue, AnnouncesDueJobs):
+            if isinstance(queue.wakeup_topic, str):
+                # An enqueue of a due job (in this process, or wherever the channel reaches) starts a claim at once.
+                self._unsubscribe = queue.wakeups.subscribe(queue.wakeup_topic, self._nudge)
         if self._beat_task is None or self._beat_task.done():
             self._beat_task = asyncio.create_task(self._beat_loop(), name="job worker heartbeat")
-        if self.workers > 0 and (self._poll_task is None or self._poll_task.done()):
+        if workers > 0 and self._halt.error is None and (self._poll_task is None or self._poll_task.done()):
             self._poll_task = asyncio.create_task(self._poll_loop(), name="job worker poll")
 
     async def stop(self) -> None:
@@ -359,10 +394,9 @@ class JobWorker(JobRun):
         refunded.
         """
         self._stopping = True
-        if self._key_releases is not None:
-            self._key_releases.hurry()  # keys lingering for company go now
-        if self._succeeded_settles is not None:
-            self._succeeded_settles.hurry()  # so do settles
+        if self._keys is not None:
+            self._keys.hurry()  # keys lingering for company go now
+        self._completer.hurry()  # so do settles
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -375,12 +409,9 @@ class JobWorker(JobRun):
         if self._held and (self._beat_task is None or self._beat_task.done()):
             drain_beat = asyncio.create_task(self._beat_loop(), name="job worker drain heartbeat")
         try:
-            await self._claims_done.wait()  # a claim in flight comes back and hands its jobs back first
-            while self._held:
-                self._released.clear()
-                await self._released.wait()
-            # Each run still gives its single-flight key back after settling.
-            await asyncio.gather(*self._runs, return_exceptions=True)
+            # A claim in flight comes back and hands its jobs back first; each run settles and gives its
+            # single-flight key back.
+            await self.idle()
         finally:
             for task in (drain_beat, self._beat_task):
                 if task is not None:

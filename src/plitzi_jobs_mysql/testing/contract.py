@@ -21,6 +21,7 @@ import pytest
 
 from ..contract.protocols import JobQueue
 from .activity_contract import ActivityContract
+from .capability_contract import CapabilityContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
@@ -30,7 +31,9 @@ from .support import Advance, real_time_advance
 __all__ = ["JobQueueContract", "KvContract"]
 
 
-class JobQueueContract(EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract):
+class JobQueueContract(
+    EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract, CapabilityContract
+):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 
     pytestmark = pytest.mark.asyncio

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 
 from ..contract.protocols import KvStore
+from .capability_contract import KvCapabilityContract
 from .support import eventually
 
 
-class KvContract:
+class KvContract(KvCapabilityContract):
     """The key/value contract. Supply a `kv` fixture yielding a fresh, empty `KvStore`."""
 
     pytestmark = pytest.mark.asyncio
@@ -136,18 +137,18 @@ class KvContract:
     @pytest.mark.parametrize(
         ("call", "error"),
         [
-            (lambda kv: kv.set("k" * 765, "v"), ValueError),
-            (lambda kv: kv.set("😀" * 192, "v"), ValueError),
-            (lambda kv: kv.get("é" * 383), ValueError),
-            (lambda kv: kv.set("k", "v", ttl_seconds=0), ValueError),
-            (lambda kv: kv.set("k", "v", ttl_seconds=-1), ValueError),
-            (lambda kv: kv.set("k", "v", ttl_seconds=float("inf")), ValueError),
-            (lambda kv: kv.expire("k", 0), ValueError),
-            (lambda kv: kv.swap("k", None, "v", ttl_seconds=0), ValueError),
-            (lambda kv: kv.set("k", 5), TypeError),
-            (lambda kv: kv.set(5, "v"), TypeError),
-            (lambda kv: kv.set("k", "\ud800"), ValueError),
-            (lambda kv: kv.set("k", "x" * (16 * 1024 * 1024 + 1)), ValueError),
+            pytest.param(lambda kv: kv.set("k" * 765, "v"), ValueError, id="set-key-765-bytes"),
+            pytest.param(lambda kv: kv.set("😀" * 192, "v"), ValueError, id="set-key-768-bytes-of-emoji"),
+            pytest.param(lambda kv: kv.get("é" * 383), ValueError, id="get-key-766-bytes"),
+            pytest.param(lambda kv: kv.set("k", "v", ttl_seconds=0), ValueError, id="set-ttl-0"),
+            pytest.param(lambda kv: kv.set("k", "v", ttl_seconds=-1), ValueError, id="set-ttl-negative"),
+            pytest.param(lambda kv: kv.set("k", "v", ttl_seconds=float("inf")), ValueError, id="set-ttl-inf"),
+            pytest.param(lambda kv: kv.expire("k", 0), ValueError, id="expire-ttl-0"),
+            pytest.param(lambda kv: kv.swap("k", None, "v", ttl_seconds=0), ValueError, id="swap-ttl-0"),
+            pytest.param(lambda kv: kv.set("k", 5), TypeError, id="set-value-int"),
+            pytest.param(lambda kv: kv.set(5, "v"), TypeError, id="set-key-int"),
+            pytest.param(lambda kv: kv.set("k", "\ud800"), ValueError, id="set-value-lone-surrogate"),
+            pytest.param(lambda kv: kv.set("k", "x" * (16 * 1024 * 1024 + 1)), ValueError, id="set-value-over-16-mib"),
         ],
     )
     async def test_bad_input_is_refused_before_anything_is_written(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ..contract.protocols import JobQueue
 from ..records import AttemptOutcome
 from .support import Advance, claim_one, job, now_ms
@@ -249,3 +251,81 @@ class LeaseContract:
         await queue.settle(job_id="job-1", worker_id="w1", status="succeeded")
         found = await queue.get_job([1], "job-1")
         assert found is not None and found.run_id == "run-1"
+
+    # -- the claim instant ----------------------------------------------------------------------------------
+
+    async def test_every_read_carries_the_instant_of_the_jobs_claim(self, queue: JobQueue) -> None:
+        await queue.enqueue(job())
+        waiting = await queue.get_job([1], "job-1")
+        assert waiting is not None and waiting.claimed_at is None
+        before = await now_ms(queue)
+        taken = await claim_one(queue, "w1")
+        assert taken.claimed_at is not None and taken.claimed_at >= before
+        listed = (await queue.list_jobs(space_ids=[1])).jobs[0]
+        stored = await queue.get_job([1], "job-1")
+        assert stored is not None and stored.claimed_at == listed.claimed_at == taken.claimed_at
+
+    async def test_claim_instants_of_one_job_strictly_increase(self, queue: JobQueue, advance: Advance) -> None:
+        await queue.enqueue(job(max_attempts=50))
+        instants: list[int | None] = []
+        for _ in range(4):  # claimed again and again within a millisecond, where the clock allows it
+            instants.append((await claim_one(queue, "w1")).claimed_at)
+            await queue.settle(job_id="job-1", worker_id="w1", status="pending", claimed_at=instants[-1])
+        instants.append((await claim_one(queue, "w1", lease_ms=50)).claimed_at)
+        await advance(51)
+        instants.append((await claim_one(queue, "w1")).claimed_at)  # a takeover, by the same worker
+        known = [at for at in instants if at is not None]
+        assert len(known) == len(instants)
+        assert known == sorted(set(known)), known  # strictly increasing: no two claims share one
+
+    async def test_a_settle_of_an_earlier_claim_is_ignored_even_from_the_same_worker(self, queue: JobQueue) -> None:
+        await queue.enqueue(job())
+        first = await claim_one(queue, "w1")
+        await queue.settle(job_id="job-1", worker_id="w1", status="pending", claimed_at=first.claimed_at)
+        second = await claim_one(queue, "w1")  # the hand-back refunded the attempt: attempts cannot tell them apart
+        assert second.attempts == first.attempts and second.claimed_at != first.claimed_at
+        for status in ("pending", "succeeded"):  # a hand-back retried after its reply was lost, a late success
+            await queue.settle(job_id="job-1", worker_id="w1", status=status, claimed_at=first.claimed_at)
+        found = await queue.get_job([1], "job-1")
+        assert found is not None and (found.status, found.attempts, found.worker_id) == ("running", 1, "w1")
+        outcome = AttemptOutcome(status="succeeded", worker_id="w1", run_id="r")
+        await queue.settle(
+            job_id="job-1",
+            worker_id="w1",
+            status="succeeded",
+            run_id="r",
+            attempt=outcome,
+            claimed_at=second.claimed_at,
+        )
+        done = await queue.get_job([1], "job-1")
+        assert done is not None and (done.status, done.run_id) == ("succeeded", "r")
+        assert [(a.status, a.started_at) for a in done.history] == [("succeeded", second.claimed_at)]
+
+    async def test_a_settle_of_a_lapsed_claim_the_same_worker_took_back_is_ignored(
+        self, queue: JobQueue, advance: Advance
+    ) -> None:
+        await queue.enqueue(job())
+        first = await claim_one(queue, "w1", lease_ms=50)
+        await advance(51)
+        second = await claim_one(queue, "w1")  # its heartbeats did not land: its own claim takes the job back
+        assert [a.status for a in second.history] == ["lost"]
+        outcome = AttemptOutcome(status="succeeded", worker_id="w1")
+        await queue.settle(
+            job_id="job-1", worker_id="w1", status="succeeded", attempt=outcome, claimed_at=first.claimed_at
+        )
+        found = await queue.get_job([1], "job-1")
+        assert found is not None and found.status == "running" and [a.status for a in found.history] == ["lost"]
+        await queue.settle(
+            job_id="job-1", worker_id="w1", status="succeeded", attempt=outcome, claimed_at=second.claimed_at
+        )
+        done = await queue.get_job([1], "job-1")
+        assert done is not None and [(a.attempt, a.status) for a in done.history] == [(1, "lost"), (2, "succeeded")]
+
+    async def test_a_bad_claim_instant_is_refused(self, queue: JobQueue) -> None:
+        await queue.enqueue(job())
+        await claim_one(queue, "w1")
+        for bad, error in ((-1, ValueError), ("1", TypeError), (1.5, TypeError)):
+            with pytest.raises(error):
+                await queue.settle(job_id="job-1", worker_id="w1", status="succeeded", claimed_at=bad)  # type: ignore[arg-type]
+        found = await queue.get_job([1], "job-1")
+        assert found is not None and found.status == "running"

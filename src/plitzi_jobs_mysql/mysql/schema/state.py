@@ -70,7 +70,7 @@ FOREIGN = "foreign"  # neither a record nor a layout this package knows
 
 ROLES = ("jobs", "schedules", "kv")
 _FIX = (
-    "run `plitzi-jobs-mysql migrate --url mysql://…/DATABASE{prefix}` (or sql/upgrades.sql, or the Alembic "
+    "run `plitzi-jobs-mysql migrate --url mysql://…/{database}{prefix}` (or sql/upgrades.sql, or the Alembic "
     "revisions; see docs/migrations.md), then start again"
 )
 
@@ -135,6 +135,7 @@ def classify(name: str, role: str, comment: str | None, layout: str | None) -> T
 class SchemaState:
     prefix: str
     tables: tuple[TableState, ...]
+    database: str | None = None  # the database they are in, when known: the fix names it
 
     @property
     def usable(self) -> bool:
@@ -152,7 +153,9 @@ class SchemaState:
         if any(table.found == NEWER for table in wrong):
             return "upgrade plitzi_jobs_mysql on every replica to the release that made them (never downgrade)"
         if all(table.found == ORIGINAL or (table.found == OLDER and (table.version or 0) >= 1) for table in wrong):
-            return _FIX.format(prefix=f" --prefix {self.prefix}" if self.prefix else "")
+            return _FIX.format(
+                database=self.database or "DATABASE", prefix=f" --prefix {self.prefix}" if self.prefix else ""
+            )
         if any(table.found == DAMAGED for table in wrong):
             return "restore the missing columns from a backup or `plitzi-jobs-mysql ddl`, or use another table_prefix"
         return "rename or drop those tables, or use another table_prefix"

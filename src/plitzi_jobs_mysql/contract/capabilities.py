@@ -1,0 +1,55 @@
+"""What a store may offer beyond its protocol, declared once: the worker asks `isinstance(store, Capability)` and
+uses the faster path when the store has it, the plain `JobQueue`/`KvStore` calls when it does not.
+
+The memory stores and the MySQL adapters both offer every capability here, so the worker runs the same paths in a
+test on memory as in production on MySQL; `plitzi_jobs_mysql.testing`'s contract suites check each one's rule
+against every store that offers it (a user's own store included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ..records import SucceededJob
+from .wakeups import WakeupChannel
+
+
+@runtime_checkable
+class SettlesSucceeded(Protocol):
+    """A queue that settles many succeeded jobs of one worker in one call."""
+
+    async def settle_succeeded(self, *, worker_id: str, jobs: Sequence[SucceededJob]) -> None:
+        """Per job exactly what `settle(job_id=..., worker_id=worker_id, status="succeeded", run_id=...,
+        claimed_at=..., attempt=AttemptOutcome(status="succeeded", worker_id=worker_id, run_id=...))` writes,
+        under the same holder guard: a job another claim holds, or one already settled, is left alone, and a
+        repeat changes nothing. A job named twice is settled once."""
+        ...
+
+
+@runtime_checkable
+class AnnouncesDueJobs(Protocol):
+    """A queue that announces an enqueued job that is due now (`enqueue`, `enqueue_many`, `requeue`) on
+    `wakeup_topic` of `wakeups`, so the workers listening there claim at once rather than at their next poll."""
+
+    wakeups: WakeupChannel
+    wakeup_topic: str
+
+
+@runtime_checkable
+class TakesAbsent(Protocol):
+    """A kv that takes many absent keys in one call (a worker's single-flight keys for one claim)."""
+
+    async def take_absent(self, pairs: Sequence[tuple[str, str]], ttl_seconds: float | None = None) -> list[bool]:
+        """`swap(key, None, value, ttl_seconds)` for each `(key, value)` pair, answered per pair in order; a key
+        given twice is a `ValueError` before anything is written."""
+        ...
+
+
+@runtime_checkable
+class DeletesUnchanged(Protocol):
+    """A kv that gives many keys back in one call, each only while it still holds the value paired with it."""
+
+    async def delete_unchanged(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """Deletes each key whose live value is exactly the one paired with it; leaves every other key alone."""
+        ...

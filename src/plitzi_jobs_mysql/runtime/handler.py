@@ -1,0 +1,26 @@
+"""What a job handler is, and what it may raise to say how its job goes on."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from ..records import Job
+
+#: An async function of the claimed job; what it returns is recorded as the job's `run_id` (a `str`, or None).
+JobHandler = Callable[[Job], Awaitable[str | None]]
+
+
+class PermanentFailure(Exception):
+    """Raised by a handler: retrying will not help. A 'failed' attempt (error = the message), and the job is
+    dead."""
+
+
+class RetryLater(Exception):
+    """Raised by a handler: not now. The job goes back to the queue with its attempt refunded, after
+    `delay_ms` (default: the first backoff step, with jitter). A `delay_ms` that is not a number of milliseconds
+    (`inf`, `nan`, `"30.5"`) is the handler's bug: recorded as a failed attempt saying so, retried with backoff."""
+
+    def __init__(self, reason: str = "", delay_ms: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.delay_ms = delay_ms
