@@ -40,9 +40,10 @@ from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.testing import fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import Clock, open_pool
+from ..conftest import open_pool
 from ..harness.group_replication import GroupReplicationCluster, group_replication_missing_reason
 from ..harness.haproxy import HaProxy, haproxy_binary
+from ..support import Clock
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

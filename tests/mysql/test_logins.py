@@ -19,7 +19,8 @@ import pytest
 from plitzi_jobs_mysql import create_mysql_job_queue
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import is_mysql, job, sql
+from ..conftest import is_mysql, sql
+from ..support import job
 from .test_alembic import alembic
 from .test_alembic import ok as alembic_ok
 from .test_cli import cli, fails, ok
