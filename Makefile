@@ -52,7 +52,8 @@ bench-quick: setup
 bench-dashboard: setup
 	$(PY) bench/dashboard.py
 
-## make soak [SECONDS=120]; a fault run instead: make soak FAULT=proxy|kill|read-only|silent|galera [JOBS=10000]
+## make soak [SECONDS=120]; a fault run instead: make soak FAULT=proxy|kill|read-only|silent|galera|group-replication
+## [JOBS=10000]
 ## (on throwaway servers only; tests/harness/injectors.py says what each does)
 SECONDS ?= 120
 FAULT ?=

@@ -9,7 +9,7 @@ SET @pjm_sql_mode = @@SESSION.sql_mode;
 
 SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION';
 
-SET @pjm_lock = CONCAT('plitzi_jobs_mysql:', SHA1(CONCAT(DATABASE(), '.', '')));
+SET @pjm_lock = CONCAT('plitzi_jobs_mysql:', LEFT(SHA2(CONCAT(DATABASE(), '.', ''), 256), 40));
 
 SET @pjm_locked = GET_LOCK(@pjm_lock, 600);
 

@@ -1,4 +1,10 @@
-"""Shared fixtures: one MySQL server for the session (PLITZI_MYSQL_URL, a container, or a throwaway mariadbd)."""
+"""Shared fixtures: the session's servers, one per flavour (a throwaway MariaDB 10.11 and MySQL 9.7 LTS, or the one
+server PLITZI_MYSQL_URL names), each server test running once against each; servers of a test module's own.
+
+`PLITZI_TEST_SERVERS=mariadb` (or `mysql-9.7`) runs only one flavour. The MySQL 9.7 server comes from the root
+scripts/mysql_root.sh builds and caches (tests/harness/mysql97.py); where it cannot be had, its tests skip saying
+why.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +19,89 @@ import pymysql
 import pytest
 
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
+from plitzi_jobs_mysql.testing.server import ENV_URL
 from plitzi_jobs_mysql.url import parse_mysql_url
+
+from .harness.mysql97 import ChrootMysqlServer, mysql_root_missing_reason
+from .harness.servers import CrashableServer
+
+#: The server flavours every server test runs against, as they appear in test ids.
+MARIADB, MYSQL97 = "mariadb", "mysql-9.7"
+FLAVOURS = (MARIADB, MYSQL97)
+
+
+def local_flavours() -> list[str]:
+    """The flavours of throwaway server to test against (`PLITZI_TEST_SERVERS` narrows them)."""
+    chosen = [name.strip() for name in os.environ.get("PLITZI_TEST_SERVERS", "").split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(FLAVOURS))
+    if unknown:
+        raise pytest.UsageError(f"PLITZI_TEST_SERVERS names unknown flavours {unknown}; known: {list(FLAVOURS)}")
+    return chosen or list(FLAVOURS)
+
+
+def session_flavours() -> list[str]:
+    """The session servers: the one PLITZI_MYSQL_URL names (as "url"), else one throwaway server per flavour."""
+    return ["url"] if os.environ.get(ENV_URL, "").strip() else local_flavours()
+
+
+def throwaway_server(flavour: str, **options: Any) -> CrashableServer:
+    """A server of that flavour, not started (its tests skip, saying why, where MySQL 9.7 cannot be had)."""
+    if flavour == MYSQL97:
+        reason = mysql_root_missing_reason()
+        if reason is not None:
+            pytest.skip(reason)
+        return ChrootMysqlServer(**options)
+    return CrashableServer(**options)
+
+
+def is_mysql(url: str) -> bool:
+    """Whether the server at `url` is Oracle MySQL (not MariaDB)."""
+    return "mariadb" not in str(sql(url, "SELECT VERSION()")[0][0]).lower()
+
+
+class SessionServers:
+    """The session's servers, started on first use (one per flavour) and stopped at the end of the session."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._urls: dict[str, str] = {}
+
+    def url(self, flavour: str) -> str:
+        """A root URL (no database) of the session's server of that flavour, with the time-zone tables loaded."""
+        if flavour not in self._urls:
+            if flavour == "url":
+                url = self._stack.enter_context(mysql_server_url())
+                load_time_zones(url)
+            else:
+                url = self._stack.enter_context(throwaway_server(flavour)).url
+            self._urls[flavour] = url
+        return self._urls[flavour]
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 @pytest.fixture(scope="session")
-def mysql_url() -> Iterator[str]:
-    """A root URL of the session's server (no database), with the time-zone tables loaded."""
-    with mysql_server_url() as url:
-        load_time_zones(url)
+def session_servers() -> Iterator[SessionServers]:
+    servers = SessionServers()
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture(scope="session", params=session_flavours())
+def mysql_url(request: pytest.FixtureRequest, session_servers: SessionServers) -> str:
+    """A root URL of the session's server of this flavour (no database), with the time-zone tables loaded."""
+    return session_servers.url(request.param)
+
+
+@contextlib.contextmanager
+def flavour_database(request: pytest.FixtureRequest, flavour: str, prefix: str = "pjm_test") -> Iterator[str]:
+    """A fresh database on the session's server of `flavour`, for a fixture whose own parameters name the
+    flavour beside stores that need no server (memory): `params=["memory", *session_flavours()]`."""
+    servers: SessionServers = request.getfixturevalue("session_servers")
+    with fresh_database(servers.url(flavour), prefix) as url:
         yield url
 
 
@@ -76,9 +157,9 @@ def own_server_fixtures(prefix: str) -> tuple[Any, Any]:
     """`server, database = own_server_fixtures("pjm_x")` in a test module: a throwaway server of the module's own
     (for tests that stop it, kill its sessions or change its globals) and a fresh database on it per test."""
 
-    @pytest.fixture(scope="module")
-    def server() -> Iterator[LocalMysqlServer]:
-        with LocalMysqlServer(load_tz=False) as started:
+    @pytest.fixture(scope="module", params=local_flavours())
+    def server(request: pytest.FixtureRequest) -> Iterator[LocalMysqlServer]:
+        with throwaway_server(request.param, load_tz=False) as started:
             yield started
 
     @pytest.fixture
@@ -99,6 +180,16 @@ def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tupl
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def numbers(count: int) -> str:
+    """`FROM {numbers(n)}`: rows `seq` = 1..n on MariaDB and MySQL alike (MariaDB's `seq_1_to_N` tables are its
+    own; a recursive CTE would meet MySQL's cte_max_recursion_depth of 1,000). Ends the statement."""
+    digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
+    places = len(str(count))
+    value = " + ".join(f"d{i}.d * {10**i}" for i in range(places))
+    tables = ", ".join(f"{digits} AS d{i}" for i in range(places))
+    return f"(SELECT {value} + 1 AS seq FROM {tables}) AS numbers WHERE seq <= {count}"
 
 
 def sql_session(url: str, statements: list[str]) -> None:

@@ -216,16 +216,10 @@ class ReadOnly(Fault):
         return []
 
     def _set(self, on: bool) -> None:
-        value = 1 if on else 0
-        variables = {r[0].lower() for r in admin_sql(self.admin_url, "SHOW GLOBAL VARIABLES LIKE '%read_only'")}
-        if on:
-            admin_sql(self.admin_url, f"SET GLOBAL read_only = {value}")
-            if "super_read_only" in variables:  # MySQL: binds even SUPER users
-                admin_sql(self.admin_url, f"SET GLOBAL super_read_only = {value}")
-        else:
-            if "super_read_only" in variables:
-                admin_sql(self.admin_url, f"SET GLOBAL super_read_only = {value}")
-            admin_sql(self.admin_url, f"SET GLOBAL read_only = {value}")
+        # `read_only` binds the package's user (privileges on its database only) on MariaDB and MySQL alike, and
+        # leaves the admin sessions alone: the ledger (written as root) must keep recording runs through the
+        # window. MySQL's `super_read_only` would bind root too, and every run would lose its ledger row.
+        admin_sql(self.admin_url, f"SET GLOBAL read_only = {1 if on else 0}")
 
     async def inject(self, soak: Any) -> None:
         done = 0

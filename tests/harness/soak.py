@@ -12,6 +12,7 @@ hold, 1 with the failures listed.
 
     python -m tests.harness.soak --fault proxy|kill|read-only|silent [--jobs 10000]
     python -m tests.harness.soak --fault galera [--jobs 10000]
+    python -m tests.harness.soak --fault group-replication [--jobs 10000]
 
 A fault run (issue 14; tests/harness/injectors.py): 2 worker processes × 8 slots, one sweeping scheduler and one
 producer push `--jobs` jobs through a fault aimed at the package's connections only, on a throwaway server; the ledger
@@ -20,7 +21,7 @@ that running out of attempts gives), and checks the recovery instead: every job 
 taken over or finished within one lease, each worker process running new work and a scheduler firing a due schedule by
 themselves, nothing escaping the runtime (the logs' tracebacks belong to logged errors), and the error lines in
 proportion to the faults. `galera` runs the HAProxy drill of tests/faults/test_galera_haproxy.py with three node
-losses.
+losses, `group-replication` that of tests/faults/test_group_replication.py (MySQL 9.7) with three member losses.
 """
 
 from __future__ import annotations
@@ -706,6 +707,27 @@ def galera_soak(jobs: int) -> int:
     return 0
 
 
+def group_replication_soak(jobs: int) -> int:
+    """The Group Replication drill (tests/faults/test_group_replication.py) with more jobs and three member losses."""
+    from ..faults.test_group_replication import drill_behind_haproxy
+    from .group_replication import GroupReplicationCluster, group_replication_missing_reason
+    from .haproxy import haproxy_binary
+
+    reason = group_replication_missing_reason() or (
+        None if haproxy_binary() else "haproxy is missing (apt-get install haproxy)"
+    )
+    if reason is not None:
+        raise SystemExit(reason)
+    with GroupReplicationCluster() as cluster:
+        try:
+            asyncio.run(drill_behind_haproxy(cluster, jobs=jobs, rounds=3))
+        except AssertionError as failure:
+            print(f"[soak] FAILED group replication behind haproxy: {failure}", flush=True)
+            return 1
+    print("[soak] OK group replication behind haproxy", flush=True)
+    return 0
+
+
 def make_fault(name: str, url: str) -> Any:
     from . import injectors as faults
 
@@ -731,11 +753,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logs", default=None, help="keep the processes' logs in this directory")
     parser.add_argument(
         "--fault",
-        choices=("proxy", "kill", "read-only", "silent", "galera"),
+        choices=("proxy", "kill", "read-only", "silent", "galera", "group-replication"),
         default=None,
         help="run 2 workers, a scheduler and a producer through a fault (tests/harness/injectors.py), "
         "on a throwaway server only; --seconds is then the ceiling. 'galera': the HAProxy "
-        "drill of tests/faults/test_galera_haproxy.py with three node losses",
+        "drill of tests/faults/test_galera_haproxy.py with three node losses; "
+        "'group-replication': tests/faults/test_group_replication.py's, three member losses",
     )
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs a --fault run produces (default 10000)")
     args = parser.parse_args(argv)
@@ -744,6 +767,8 @@ def main(argv: list[str] | None = None) -> int:
         logs.mkdir(parents=True, exist_ok=True)
     if args.fault == "galera":
         return galera_soak(args.jobs)
+    if args.fault == "group-replication":
+        return group_replication_soak(args.jobs)
     if args.fault is not None:
         if args.url:
             raise SystemExit(

@@ -38,7 +38,7 @@ from plitzi_jobs_mysql import (
 )
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import open_pool
+from ..conftest import flavour_database, open_pool, session_flavours
 from ..support import eventually, job
 
 HOSTILE = [
@@ -99,7 +99,8 @@ class Stores:
         )
 
 
-STORE_KINDS = ["memory", "mysql", "mysql-sql-mode-empty"]
+#: The memory stores, and the MySQL ones on each server flavour, as pools open them and with `sql_mode=''`.
+STORE_KINDS = ["memory", *(f"{flavour}{mode}" for flavour in session_flavours() for mode in ("", "-sql-mode-empty"))]
 
 
 @pytest.fixture(params=STORE_KINDS)
@@ -107,16 +108,16 @@ async def stores(request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
     if request.param == "memory":
         yield Stores("memory", create_memory_job_queue(), create_memory_kv(), kv_keys=("k", *HOSTILE))
         return
-    url = request.getfixturevalue("database_url")
     options = {"init_command": "SET SESSION sql_mode = ''"} if request.param.endswith("empty") else {}
-    pool = await open_pool(url, **options)
-    try:
-        queue, kv = create_mysql_job_queue(pool), create_mysql_kv(pool)
-        await kv.get("first use")  # the tables exist before the first snapshot
-        yield Stores(request.param, queue, kv, url=url)
-    finally:
-        pool.close()
-        await pool.wait_closed()
+    with flavour_database(request, request.param.removesuffix("-sql-mode-empty")) as url:
+        pool = await open_pool(url, **options)
+        try:
+            queue, kv = create_mysql_job_queue(pool), create_mysql_kv(pool)
+            await kv.get("first use")  # the tables exist before the first snapshot
+            yield Stores(request.param, queue, kv, url=url)
+        finally:
+            pool.close()
+            await pool.wait_closed()
 
 
 # -- text round trips as data, through every field -----------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,7 @@ from pymysql.constants import ER
 
 from plitzi_jobs_mysql import (
     AttemptOutcome,
+    ScheduleInput,
     create_memory_job_queue,
     create_mysql_job_queue,
     create_mysql_kv,
@@ -29,7 +31,7 @@ from plitzi_jobs_mysql.mysql.statements import statements_for
 from plitzi_jobs_mysql.testing.support import real_time_advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import empty_tables, open_pool, sql, sql_session
+from ..conftest import empty_tables, numbers, open_pool, sql, sql_session
 from ..support import Clock, T, job
 
 
@@ -272,7 +274,8 @@ async def test_the_claim_reads_through_the_index_without_sorting_the_backlog(
         INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,
             status, run_at, attempts, created_at, updated_at, history)
         SELECT CONCAT('b', seq), 1, 'a', 'main', 't', '{}', seq, 3,
-            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM seq_1_to_20000""",
+            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM """
+        + numbers(20_000),
     )
     sql(database_url, "ANALYZE TABLE action_jobs")
     statement = statements_for("").claim_candidates
@@ -464,7 +467,8 @@ async def test_purges_never_deadlock_with_claimers_and_settlers(
         INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,
             status, run_at, attempts, created_at, updated_at, history)
         SELECT CONCAT('j', seq), 1, 'a', 'main', 't', '{}', seq, 3,
-            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM seq_1_to_1200""",
+            IF(seq % 2 = 0, 'succeeded', 'pending'), seq, 0, 0, 0, '[]' FROM """
+        + numbers(1_200),
     )
 
     async def drain(queue: Any, name: str) -> int:
@@ -524,3 +528,32 @@ async def test_a_job_that_dies_with_its_last_worker_is_logged_at_error(
     assert found is not None and found.status == "dead"
     [record] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "'doomed'" in record.getMessage() and "dead" in record.getMessage() and "1/1" in record.getMessage()
+
+
+async def test_the_schedule_upsert_names_the_incoming_row_as_the_server_prefers(
+    database_url: str, database_pool: Any
+) -> None:
+    """MySQL 8.0.19+ deprecates `VALUES(col)` in an upsert with a warning on every call ("'VALUES function' is
+    deprecated"); it takes a row alias instead, which MariaDB does not. A replacing save goes through the upsert."""
+    queue = create_mysql_job_queue(database_pool)
+
+    def schedule(cron: str) -> ScheduleInput:
+        return ScheduleInput(
+            space_id=1,
+            action_id="nightly",
+            cron=cron,
+            environment="main",
+            enabled=True,
+            next_run_at=1_000,
+            max_attempts=3,
+        )
+
+    await queue.put_schedules(space_id=1, schedules=[schedule("0 7 * * *")])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        await queue.put_schedules(space_id=1, schedules=[schedule("0 8 * * *")])
+    assert [str(w.message) for w in seen if "VALUES" in str(w.message)] == []
+    (saved,) = await queue.list_schedules([1])
+    assert saved.cron == "0 8 * * *" and saved.next_run_at == 1_000
+    mariadb = "mariadb" in str(sql(database_url, "SELECT VERSION()")[0][0]).lower()
+    assert queue._store.flavour.row_alias is not mariadb

@@ -17,7 +17,7 @@ import pytest
 from plitzi_jobs_mysql import PayloadTooLargeError, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
 
-from ..conftest import open_pool, sql
+from ..conftest import local_flavours, open_pool, sql, throwaway_server
 from ..support import job
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,9 +26,9 @@ MiB = 1024 * 1024
 PACKET = 4 * MiB
 
 
-@pytest.fixture(scope="module")
-def small_packet_server() -> Iterator[LocalMysqlServer]:
-    with LocalMysqlServer(load_tz=False, extra_args=(f"--max-allowed-packet={PACKET}",)) as started:
+@pytest.fixture(scope="module", params=local_flavours())
+def small_packet_server(request: pytest.FixtureRequest) -> Iterator[LocalMysqlServer]:
+    with throwaway_server(request.param, load_tz=False, extra_args=(f"--max-allowed-packet={PACKET}",)) as started:
         yield started
 
 

@@ -16,7 +16,7 @@ from plitzi_jobs_mysql import (
 )
 from plitzi_jobs_mysql.memory import wall_clock_ms
 
-from ..conftest import open_pool
+from ..conftest import flavour_database, open_pool, session_flavours
 from ..support import Clock, job
 
 
@@ -25,17 +25,18 @@ def clock() -> Clock:
     return Clock(wall_clock_ms())
 
 
-@pytest.fixture(params=["memory", "mysql"])
+@pytest.fixture(params=["memory", *session_flavours()])
 async def queue(request: pytest.FixtureRequest, clock: Clock) -> AsyncIterator[Any]:
     if request.param == "memory":
         yield create_memory_job_queue(clock=clock)
         return
-    pool = await open_pool(request.getfixturevalue("database_url"))
-    try:
-        yield create_mysql_job_queue(pool, clock=clock)
-    finally:
-        pool.close()
-        await pool.wait_closed()
+    with flavour_database(request, request.param) as url:
+        pool = await open_pool(url)
+        try:
+            yield create_mysql_job_queue(pool, clock=clock)
+        finally:
+            pool.close()
+            await pool.wait_closed()
 
 
 async def test_stats_count_by_status_and_find_the_oldest_due_job(queue: Any, clock: Clock) -> None:

@@ -1,11 +1,14 @@
 """Connecting like production does: TLS URLs (`ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key`) against a throwaway
-mariadbd started with TLS, with a certificate authority, server and client certificates made here by `openssl`."""
+server of each flavour (MariaDB 10.11, MySQL 9.7) started with TLS, with a certificate authority, server and client
+certificates made here by `openssl`. The users log in with a password: on MySQL `caching_sha2_password`, whose
+login over TLS needs no RSA exchange, and without TLS (refused here) does."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +22,8 @@ from plitzi_jobs_mysql import JobInput, create_mysql_job_queue
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
 
+from ..conftest import local_flavours, throwaway_server
+from ..harness.mysql97 import ChrootMysqlServer
 from .test_cli import cli, fails, ok
 
 pytestmark = pytest.mark.timeout(180)
@@ -63,15 +68,33 @@ def _make_cert(cwd: Path, name: str, ca: str, subject_alt_name: str | None) -> N
              "-days", "2", "-out", f"{name}.pem", "-extfile", ext.name, cwd=cwd)  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
-    certs = tmp_path_factory.mktemp("certs")
+@pytest.fixture(scope="module", params=local_flavours())
+def tls(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tls]:
+    server = throwaway_server(request.param, load_tz=False)
+    # A chrooted server (MySQL 9.7) reads its certificates inside its root; the clients read the same files.
+    root = server.root if isinstance(server, ChrootMysqlServer) else None
+    if root is not None:
+        certs = Path(tempfile.mkdtemp(prefix="plitzi-certs-", dir=root / "tmp"))
+    else:
+        certs = tmp_path_factory.mktemp("certs")
+    try:
+        yield from _tls_server(server, certs)
+    finally:
+        if root is not None:
+            shutil.rmtree(certs, ignore_errors=True)
+
+
+def _tls_server(server: LocalMysqlServer, certs: Path) -> Iterator[Tls]:
     _make_ca(certs, "ca")
     _make_ca(certs, "other-ca")  # a CA the server's certificate does not come from
     _make_cert(certs, "server", "ca", "IP:127.0.0.1")  # valid for 127.0.0.1, NOT for the name localhost
     _make_cert(certs, "client", "ca", None)
-    args = (f"--ssl-ca={certs / 'ca.pem'}", f"--ssl-cert={certs / 'server.pem'}", f"--ssl-key={certs / 'server.key'}")
-    with LocalMysqlServer(load_tz=False, extra_args=args) as server:
+    server.extra_args = (
+        f"--ssl-ca={certs / 'ca.pem'}",
+        f"--ssl-cert={certs / 'server.pem'}",
+        f"--ssl-key={certs / 'server.key'}",
+    )
+    with server:
         conn = pymysql.connect(**parse_mysql_url(server.url).pymysql_kwargs(), autocommit=True)
         try:
             with conn.cursor() as cur:

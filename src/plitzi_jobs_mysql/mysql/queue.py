@@ -205,14 +205,17 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
 
     async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool:
         """One compare-and-set on its own borrowed connection: True when this claimer won the job."""
-        statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
         flavour = self._store.flavour
+        if flavour.nowait_guard:
+            statement = self._sql.claim_lapsed_nowait if lapsed else self._sql.claim_pending_nowait
+        else:
+            statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
 
         async def take(conn: Connection) -> int:
             at = self._won_at(now, started)
             args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
-            # A row another transaction holds fails at once (MariaDB) rather than after the server's
-            # innodb_lock_wait_timeout: someone else has it, so it is skipped like a lost race.
+            # A row another transaction holds fails at once (MariaDB's per-statement bound, MySQL's NOWAIT guard)
+            # rather than after the server's innodb_lock_wait_timeout: someone else has it, a lost race.
             return await conn.write(statement, args, prefix=flavour.claim_prefix)
 
         try:
@@ -229,14 +232,11 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         candidates = await self._candidates(limit, now, offset, lease_ms)
         if len(candidates) < limit and offset:
             candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
-        flavour = self._store.flavour
         started = time.monotonic_ns()
         won: list[int] = []
         lost = 0
         failure: BaseException | None = None
         for attempt in range(2):
-            if flavour.skip_locked_hint:
-                candidates = await self._store.run(functools.partial(self._unlocked, candidates=candidates))
             # The compare-and-sets of one claim run side by side, each its own single-row statement on its own
             # pooled connection (never two held at once, so a small pool cannot deadlock): a claim costs three
             # round trips of wall time rather than one per job. Candidates lost to other claimers are replaced
@@ -288,16 +288,6 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         at = self._clock.fresh()
         return now + (time.monotonic_ns() - started_ns) // 1_000_000 if at is None else at
 
-    async def _unlocked(self, conn: Connection, candidates: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """Where a statement's lock wait cannot be bounded (MySQL), the candidates no transaction holds right
-        now. Only a hint: the locks this read takes end with it, and each claim is still a compare-and-set."""
-        if not candidates:
-            return candidates
-        rows = await conn.fetch(self._sql.unlocked_jobs, ([seq for seq, _, _ in candidates],))
-        free = {int(row[0]) for row in rows}
-        await conn.end_read()
-        return [c for c in candidates if c[0] in free]
-
     def _adapt_spread(self, lost: int) -> None:
         # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window
         # oscillate, and a window just as wide as the claimers' combined demand runs dry.
@@ -322,11 +312,18 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
 
     async def _renew(self, conn: Connection, ids: list[str], worker_id: str, lease_until: int) -> None:
         """All leases in one statement; if a row is held by another transaction, one by one, so the held row
-        costs the others nothing (MariaDB bounds each wait to nothing; elsewhere each held row waits the
-        server's innodb_lock_wait_timeout). A held row keeps its lease this time; the next beat tries again."""
-        prefix = self._store.flavour.claim_prefix
+        costs the others nothing (each statement fails at once on a held row: MariaDB bounds its wait to nothing,
+        MySQL's locks the rows NOWAIT). A held row keeps its lease this time; the next beat tries again."""
+        flavour = self._store.flavour
+        prefix = flavour.claim_prefix
+
+        def renew(chosen: list[str]) -> tuple[str, tuple[Any, ...]]:
+            if flavour.nowait_guard:
+                return self._sql.renew_leases_nowait, (lease_until, chosen, worker_id, chosen)
+            return self._sql.renew_leases, (lease_until, chosen, worker_id)
+
         try:
-            await conn.write(self._sql.renew_leases, (lease_until, ids, worker_id), prefix=prefix)
+            await conn.write(*renew(ids), prefix=prefix)
             return
         except pymysql.err.MySQLError as error:
             if not is_conflict(error):
@@ -334,7 +331,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         held = ids if len(ids) == 1 else []
         for job_id in ids if len(ids) > 1 else []:
             try:
-                await conn.write(self._sql.renew_leases, (lease_until, [job_id], worker_id), prefix=prefix)
+                await conn.write(*renew([job_id]), prefix=prefix)
             except pymysql.err.MySQLError as error:
                 if not is_conflict(error):
                     raise

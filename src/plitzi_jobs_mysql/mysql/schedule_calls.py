@@ -60,7 +60,8 @@ class ScheduleCalls(QueueCore):
                     ]
                 )
             values = ", ".join([self._sql.upsert_schedule_values] * len(incoming))
-            steps.append((self._sql.upsert_schedules.format(values=values), args))
+            upsert = self._sql.upsert_schedules_aliased if self._store.flavour.row_alias else self._sql.upsert_schedules
+            steps.append((upsert.format(values=values), args))
         else:
             steps.append((self._sql.delete_space_schedules, (space_id,)))
         # One transaction behind the space's guard row: concurrent writers replace the set one after another.

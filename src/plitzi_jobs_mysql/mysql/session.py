@@ -4,8 +4,9 @@
   transaction" flag stays unset, so the pool hands the connection on as clean and the next borrower reads stale
   data (and DDL on the table hangs). Every write here is its own transaction (committed at once, so no two rows
   are ever locked together and claimers cannot deadlock), and every borrow ends with a COMMIT or ROLLBACK.
-- A conflict the server reports (deadlock 1213, lock wait 1205; on Galera a certification failure at COMMIT) is
-  a lost race for a compare-and-set, and a retry for an idempotent write: never a success.
+- A conflict the server reports (deadlock 1213, lock wait 1205, a row held when locked NOWAIT 3572; on Galera a
+  certification failure at COMMIT, 1213; on Group Replication one at COMMIT, 3101 or 1180) is a lost race for a
+  compare-and-set, and a retry for an idempotent write: never a success.
 - A server that cannot be reached, a connection lost mid-call, or a server refusing writes (read-only) is a
   `StoreUnavailableError` (a `ConnectionError`) carrying the driver's error as `__cause__`, so a caller can tell
   "try again later" from a bug without knowing PyMySQL's error numbers.
@@ -26,18 +27,28 @@ from pymysql.constants import CR, ER
 
 from ..errors import ConnectionCharsetError, PayloadTooLargeError, StoreUnavailableError
 from . import packet
-from .flavour import CAUSAL_WAIT, Flavour, flavour_of
+from .flavour import CAUSAL_WAIT, GROUP_CONSISTENCY, Flavour, flavour_of
 from .schema.state import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
 from .schema.tables import table_names
-from .statements import CURRENT_DATABASE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
+from .statements import CLUSTER_PROBE, CURRENT_DATABASE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
 
 log = logging.getLogger(__name__)
 
-CONFLICTS = frozenset({ER.LOCK_DEADLOCK, ER.LOCK_WAIT_TIMEOUT})
-# Cannot connect (socket, TCP, unknown host), gone away, lost mid-call.
+# A row held by another transaction when the statement locks it NOWAIT (MySQL's claims and renewals).
+ER_LOCK_NOWAIT = 3572
+# Group Replication's certification failure at COMMIT: 3101 "Plugin instructed the server to rollback the current
+# transaction" (the loser of a write conflict between members), or 1180 "Got error 149 - 'Lock deadlock; Retry
+# transaction' during COMMIT" (a local transaction aborted by a certified remote one). Both rolled back whole.
+ER_TRANSACTION_ROLLBACK_DURING_COMMIT = 3101
+CONFLICTS = frozenset({
+    ER.LOCK_DEADLOCK, ER.LOCK_WAIT_TIMEOUT, ER_LOCK_NOWAIT, ER_TRANSACTION_ROLLBACK_DURING_COMMIT,
+    ER.ERROR_DURING_COMMIT,
+})  # fmt: skip
+# Cannot connect (socket, TCP, unknown host), gone away, lost mid-call; or the server is shutting down (1053: MySQL
+# answers a statement with it on a connection it is about to close).
 UNREACHABLE = frozenset({
     CR.CR_CONNECTION_ERROR, CR.CR_CONN_HOST_ERROR, CR.CR_UNKNOWN_HOST, CR.CR_SERVER_GONE_ERROR, CR.CR_SERVER_LOST,
-    CR.CR_SERVER_LOST_EXTENDED,
+    CR.CR_SERVER_LOST_EXTENDED, ER.SERVER_SHUTDOWN,
 })  # fmt: skip
 # The server refuses writes: --read-only (1290), a read-only transaction (1792), innodb_read_only (1836), and a
 # Galera node outside the primary component (1047, "WSREP has not yet prepared node for application use").
@@ -46,6 +57,10 @@ ER_READ_ONLY_MODE = 1836
 READ_ONLY = frozenset(
     {ER.OPTION_PREVENTS_STATEMENT, ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION, ER_READ_ONLY_MODE, ER.UNKNOWN_COM_ERROR}
 )
+# A Group Replication member that cannot serve yet: recovering after a (re)join, or out of the group. It refuses
+# the session's consistency setting (3796) until it is ONLINE; a load balancer's TCP check sends clients to it
+# as soon as its port is open.
+ER_GROUP_MEMBER_NOT_ONLINE = 3796
 RETRIES = 5
 # MariaDB's per-statement setting: reads, updates/deletes and inserts (1 + 2 + 4) wait until this node has applied
 # every write the cluster committed before they started.
@@ -85,6 +100,11 @@ def unavailable(error: BaseException) -> StoreUnavailableError | None:
         )
     if code in READ_ONLY:
         return StoreUnavailableError(f"the MySQL server refuses writes ({error}): is it a read-only replica?")
+    if code == ER_GROUP_MEMBER_NOT_ONLINE:
+        return StoreUnavailableError(
+            f"the MySQL server is a Group Replication member that is not ONLINE ({error}): it is recovering or out "
+            "of the group; retry once it has rejoined, or through another member"
+        )
     if isinstance(error, OSError) and not isinstance(error, (TimeoutError, StoreUnavailableError)):
         return StoreUnavailableError(f"the connection to the MySQL server failed ({error!r})")
     return None
@@ -256,7 +276,8 @@ class MysqlStore:
                          ", ".join(t.name for t in state.tables if t.found == UNRECORDED))  # fmt: skip
             if self.create_tables:
                 await self._create_missing_tables(conn, state)
-            self.flavour = flavour_of(version, await self._is_galera(conn))
+            galera, group = await self._cluster(conn)
+            self.flavour = flavour_of(version, galera, group)
             if self.flavour.galera:
                 # A node applies other nodes' writes a moment after they commit: without a causal wait, a
                 # settle sent to one node right after the claim on another matches nothing and is lost.
@@ -264,14 +285,25 @@ class MysqlStore:
                     "Galera cluster detected (%s): every statement waits for the node to be causally up to date",
                     version,
                 )
+            if self.flavour.group_replication:
+                log.info(
+                    "Group Replication member detected (%s): each borrowed session sets %s, so every "
+                    "statement waits for the member to be up to date with the group",
+                    version,
+                    GROUP_CONSISTENCY,
+                )
             self.statement_prefix = conn.prefix = self.flavour.statement_prefix
             self._ready = True
 
     async def _set_up_session(self, conn: Connection) -> None:
-        """Where the server has no per-statement form (Percona XtraDB Cluster), the borrowed session's."""
+        """Where the server has no per-statement form (Percona XtraDB Cluster, Group Replication), the borrowed
+        session's."""
         setup = self.flavour.session_setup
         if setup is None or getattr(conn.raw, SESSION_MARK, False):
             return
+        # Group Replication refuses to change the consistency inside a transaction (1766): first use's reads may
+        # have opened one on a pool without autocommit.
+        await conn.end_read()
         async with conn.raw.cursor() as cur:
             await cur.execute(setup)
         setattr(conn.raw, SESSION_MARK, True)
@@ -299,9 +331,12 @@ class MysqlStore:
         """Whether `ready()` has anything to do: callers on a hot path skip the await when it has not."""
         return not self._ready or self._packet_stale
 
-    async def _is_galera(self, conn: Connection) -> bool:
-        rows = await conn.fetch("SHOW VARIABLES LIKE 'wsrep_on'")
-        return bool(rows) and as_text(rows[0][1]).upper() == "ON"
+    async def _cluster(self, conn: Connection) -> tuple[bool, bool]:
+        """(Galera, Group Replication): `wsrep_on` ON; a group named (its variables exist only where the plugin
+        is loaded). SHOW VARIABLES answers nothing, rather than 1193, for a variable the server does not have."""
+        rows = await conn.fetch(CLUSTER_PROBE)
+        found = {as_text(name).lower(): as_text(value) for name, value in rows}
+        return found.get("wsrep_on", "").upper() == "ON", bool(found.get("group_replication_group_name", ""))
 
     async def _schema_state(self, conn: Connection) -> SchemaState:
         names = list(table_names(self.prefix).all())

@@ -14,7 +14,8 @@ Rules the statements keep, whatever the pool's autocommit, isolation level or cl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from ..records import JobStatus
 from .schema.tables import table_names
@@ -79,6 +80,8 @@ SCHEMA_COLUMNS = (
 
 #: The database a session is in: what a refusal's fix names (`migrate --url mysql://…/DATABASE`).
 CURRENT_DATABASE = "SELECT DATABASE()"
+# What first use reads to tell a cluster node (flavour.py): Galera's switch, and Group Replication's group name.
+CLUSTER_PROBE = "SHOW VARIABLES WHERE Variable_name IN ('wsrep_on', 'group_replication_group_name')"
 
 
 def count_rows(table: str) -> str:
@@ -89,6 +92,39 @@ def count_rows(table: str) -> str:
 #: A claim's instant: the claim's now, but always after the job's previous claim, so two claims of one job never
 #: share one (even within a millisecond) and a settle carrying its claim's instant tells the claims apart.
 NEXT_CLAIM = "GREATEST(%(now)s, COALESCE(claimed_at + 1, 0))"
+
+
+def _nowait(statement: str, table: str, key: str, match: str) -> str:
+    """`statement` (an UPDATE of `table` ending in its WHERE clause) guarded by a lock on the same rows taken
+    `FOR UPDATE NOWAIT` first: on a row another transaction holds it fails at once (3572). The guard is an
+    uncorrelated scalar subquery, which MySQL evaluates once before it reads a row of the UPDATE (a derived
+    table joined to the rows, or `IN (…)`, is merged or materialised lazily, after the UPDATE's own read has
+    waited on the held row: measured). Its count is > 0 whenever the UPDATE could match a row anyway."""
+    return (
+        f"{statement} AND (SELECT COUNT(*) FROM (SELECT {key} FROM {table} WHERE {key} {match} "
+        "FOR UPDATE NOWAIT) AS unheld) > 0"
+    )
+
+
+def _upsert_schedules(table: str, incoming: Callable[[str], str], alias: str) -> str:
+    """The schedules' upsert, `incoming(col)` naming the new row's value (the stored one is qualified by the
+    table: beside a row alias a bare column name is ambiguous). An unchanged schedule keeps its promised fire,
+    unless it is being switched back on (a week switched off is not a week of missed fires): next_run_at is
+    decided BEFORE cron/zone/enabled are overwritten."""
+    new = incoming
+
+    def old(col: str) -> str:
+        return f"{table}.{col}"
+
+    return (
+        f"INSERT INTO {table} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
+        f"max_attempts, missed, updated_at) VALUES {{values}}{alias} ON DUPLICATE KEY UPDATE "
+        f"next_run_at = IF({old('cron')} = {new('cron')} AND {old('timezone')} <=> {new('timezone')} "
+        f"AND {old('environment')} = {new('environment')} AND NOT ({old('enabled')} = 0 AND {new('enabled')} = 1), "
+        f"{old('next_run_at')}, {new('next_run_at')}), "
+        f"cron = {new('cron')}, timezone = {new('timezone')}, environment = {new('environment')}, "
+        f"enabled = {new('enabled')}, max_attempts = {new('max_attempts')}, updated_at = {new('updated_at')}"
+    )
 
 
 def _attempt_json(status: str, worker: str, run_id: str, error: str, ended_at: str) -> str:
@@ -114,7 +150,6 @@ class Statements:
     claim_pending: str
     claim_lapsed: str
     claimed_jobs: str
-    unlocked_jobs: str
     dead_by_loss: str
     renew_leases: str
     cancel_requested_ids: str
@@ -142,6 +177,7 @@ class Statements:
     delete_space_schedules_except: str
     upsert_schedule_values: str
     upsert_schedules: str
+    upsert_schedules_aliased: str
     list_schedules: str
     # kv
     kv_get: str
@@ -159,6 +195,14 @@ class Statements:
     kv_holders: str
     kv_delete_unchanged_one: str
     kv_delete_unchanged: str
+    # Where the server cannot bound one statement's lock wait to nothing (MySQL: no SET STATEMENT, and
+    # innodb_lock_wait_timeout, session or SET_VAR hint, is at least 1 s), the compare-and-set locks its own row
+    # NOWAIT first: a row another transaction holds fails the statement at once with 3572, a lost race, instead
+    # of waiting out the holder's lock. Derived from the statements above (statements_for); the renewal takes
+    # `ids` a second time, last.
+    claim_pending_nowait: str = ""
+    claim_lapsed_nowait: str = ""
+    renew_leases_nowait: str = ""
 
 
 def statements_for(prefix: str) -> Statements:
@@ -182,7 +226,7 @@ def statements_for(prefix: str) -> Statements:
         f"SELECT seq, run_at, 1 FROM {jobs} FORCE INDEX (job_due) "
         "WHERE status = 'running' AND lease_until < %s ORDER BY run_at, seq LIMIT %s"
     )
-    return Statements(
+    base = Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
         server_limits="SELECT @@max_allowed_packet, VERSION()",
@@ -232,9 +276,6 @@ def statements_for(prefix: str) -> Statements:
             "updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
-        # A hint for a claim where the server cannot bound a statement's lock wait (MySQL): which candidates no
-        # other transaction holds right now. Never the claim itself, which stays a compare-and-set.
-        unlocked_jobs=f"SELECT seq FROM {jobs} WHERE seq IN %s FOR UPDATE SKIP LOCKED",
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
         # Read only when a claim won a row it did not get back: no worker holds such a job, so the claim reports it.
         dead_by_loss=(
@@ -352,19 +393,11 @@ def statements_for(prefix: str) -> Statements:
             f"DELETE FROM {schedules} WHERE space_id = %s AND action_id <> '' AND action_id NOT IN %s"
         ),
         upsert_schedule_values="(%s, %s, %s, %s, %s, %s, %s, %s, 0, %s)",
-        # An unchanged schedule keeps its promised fire, unless it is being switched back on (a week switched
-        # off is not a week of missed fires). next_run_at is decided BEFORE cron/zone/enabled are overwritten.
-        # A multi-row upsert needs VALUES(col), which MySQL 8.0.20+ deprecates (MariaDB has no row alias); it
-        # runs once per reconcile of a space, so the warning is left to it.
-        upsert_schedules=(
-            f"INSERT INTO {schedules} (space_id, action_id, cron, timezone, environment, enabled, next_run_at, "
-            "max_attempts, missed, updated_at) VALUES {values} ON DUPLICATE KEY UPDATE "
-            "next_run_at = IF(cron = VALUES(cron) AND timezone <=> VALUES(timezone) "
-            "AND environment = VALUES(environment) AND NOT (enabled = 0 AND VALUES(enabled) = 1), "
-            "next_run_at, VALUES(next_run_at)), "
-            "cron = VALUES(cron), timezone = VALUES(timezone), environment = VALUES(environment), "
-            "enabled = VALUES(enabled), max_attempts = VALUES(max_attempts), updated_at = VALUES(updated_at)"
-        ),
+        # A multi-row upsert names the incoming row: `VALUES(col)` on MariaDB, which has nothing else; the row
+        # alias (`AS new`, `new.col`) where the server takes it (MySQL 8.0.19+, which deprecates VALUES(col) with
+        # a warning per call). Chosen by the flavour (Flavour.row_alias).
+        upsert_schedules=_upsert_schedules(schedules, lambda col: f"VALUES({col})", ""),
+        upsert_schedules_aliased=_upsert_schedules(schedules, lambda col: f"new.{col}", " AS new"),
         list_schedules=(
             f"SELECT {SCHEDULE_COLUMNS} FROM {schedules} WHERE {{where}} AND action_id <> '' "
             "ORDER BY space_id, action_id{page}"
@@ -408,4 +441,10 @@ def statements_for(prefix: str) -> Statements:
         # The values here are a worker's short tokens, sent whole and compared as bytes (PAD SPACE would not do).
         kv_delete_unchanged_one="(k = %s AND CAST(v AS BINARY) = CAST(%s AS BINARY))",
         kv_delete_unchanged=f"DELETE FROM {kv} WHERE ",
+    )
+    return replace(
+        base,
+        claim_pending_nowait=_nowait(base.claim_pending, jobs, "seq", "= %(seq)s"),
+        claim_lapsed_nowait=_nowait(base.claim_lapsed, jobs, "seq", "= %(seq)s"),
+        renew_leases_nowait=_nowait(base.renew_leases, jobs, "id", "IN %s"),
     )

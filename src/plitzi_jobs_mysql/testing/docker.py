@@ -1,9 +1,17 @@
-"""A MySQL 8 container through testcontainers, where a Docker daemon answers."""
+"""A MySQL container through testcontainers, where a Docker daemon answers.
+
+The image is ``mysql:8.4`` unless ``PLITZI_MYSQL_IMAGE`` (or the ``image`` argument) names another that honours
+the official image's ``MYSQL_ROOT_PASSWORD`` / ``MYSQL_DATABASE`` / ``MYSQL_USER`` / ``MYSQL_PASSWORD``.
+``PLITZI_MYSQL_DOCKER_NETWORK=host`` (or ``host_network=True``) runs it with host networking instead of a
+published port: the server listens on a free port of 127.0.0.1 only, for daemons run without a bridge network
+(``dockerd --bridge=none``), and nothing but loopback is ever contacted.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import shutil
 import subprocess
@@ -11,12 +19,28 @@ import time
 from collections.abc import Iterator
 
 from ..url import MysqlUrl
+from .host import free_port
 
-__all__ = ["DOCKER_IMAGE", "docker_available", "docker_image_ready", "docker_mysql_url"]
+__all__ = [
+    "DOCKER_IMAGE",
+    "ENV_IMAGE",
+    "ENV_NETWORK",
+    "docker_available",
+    "docker_image",
+    "docker_image_ready",
+    "docker_mysql_url",
+]
 
 logger = logging.getLogger(__name__)
 
 DOCKER_IMAGE = "mysql:8.4"
+ENV_IMAGE = "PLITZI_MYSQL_IMAGE"
+ENV_NETWORK = "PLITZI_MYSQL_DOCKER_NETWORK"
+
+
+def docker_image() -> str:
+    """The image the container path runs: ``PLITZI_MYSQL_IMAGE``, else the official ``mysql:8.4``."""
+    return os.environ.get(ENV_IMAGE, "").strip() or DOCKER_IMAGE
 
 
 def docker_available(timeout: float = 5.0) -> bool:
@@ -48,9 +72,10 @@ def docker_available(timeout: float = 5.0) -> bool:
         return False
 
 
-def docker_image_ready(image: str = DOCKER_IMAGE, timeout: float = 300.0) -> bool:
+def docker_image_ready(image: str | None = None, timeout: float = 300.0) -> bool:
     """Whether `image` is on the daemon or can be pulled now. A daemon with no registry in reach (a closed network)
     says so in one warning, and the caller falls back to a local server. Never raises."""
+    image = image or docker_image()
     cli = shutil.which("docker")
     if cli is None:
         return True  # only the SDK: testcontainers pulls it, and says why if it cannot
@@ -73,7 +98,10 @@ def docker_image_ready(image: str = DOCKER_IMAGE, timeout: float = 300.0) -> boo
 
 
 @contextlib.contextmanager
-def docker_mysql_url(how_to_get_one: str = "") -> Iterator[str]:
+def docker_mysql_url(
+    how_to_get_one: str = "", *, image: str | None = None, host_network: bool | None = None
+) -> Iterator[str]:
+    """Yield the root URL of a fresh MySQL container (`image`, else `docker_image()`), removed afterwards."""
     try:
         from testcontainers.community.mysql import MySqlContainer
     except ImportError:
@@ -84,16 +112,29 @@ def docker_mysql_url(how_to_get_one: str = "") -> Iterator[str]:
                 "a Docker daemon answers but testcontainers[mysql] is not installed "
                 "(pip install 'plitzi_jobs_mysql[testing]'); " + how_to_get_one
             ) from exc
+    image = image or docker_image()
+    if host_network is None:
+        host_network = os.environ.get(ENV_NETWORK, "").strip().lower() == "host"
     password = secrets.token_hex(12)
-    container = MySqlContainer(DOCKER_IMAGE, username="root", password=password, root_password=password, dbname="test")
-    container.with_command(
-        "--character-set-server=utf8mb4 --collation-server=utf8mb4_0900_ai_ci --max-allowed-packet=64M"
-    )
-    logger.info("starting a %s container", DOCKER_IMAGE)
+    container = MySqlContainer(image, username="root", password=password, root_password=password, dbname="test")
+    options = "--character-set-server=utf8mb4 --collation-server=utf8mb4_0900_ai_ci --max-allowed-packet=64M"
+    port = 3306
+    if host_network:
+        # The container shares this machine's network: its server takes a free loopback port of its own (and no
+        # X Protocol port, which would be the same 33060 for every container).
+        port = free_port()
+        options += f" --port={port} --bind-address=127.0.0.1 --mysqlx=OFF"
+        container.with_kwargs(network_mode="host")
+        container.ports = {}
+    container.with_command(options)
+    logger.info("starting a %s container%s", image, " (host network)" if host_network else "")
     started = time.monotonic()
     with container:
-        host = container.get_container_host_ip()
-        port = int(container.get_exposed_port(3306))
+        if host_network:
+            host = "127.0.0.1"
+        else:
+            host = container.get_container_host_ip()
+            port = int(container.get_exposed_port(3306))
         url = MysqlUrl(host=host, port=port, user="root", password=password).render(hide_password=False)
-        logger.info("%s ready at %s:%d in %.1f s", DOCKER_IMAGE, host, port, time.monotonic() - started)
+        logger.info("%s ready at %s:%d in %.1f s", image, host, port, time.monotonic() - started)
         yield url

@@ -3,7 +3,9 @@
 ``mysql_server_url()`` yields the root URL of a server, taken from the first of:
 
 1. ``PLITZI_MYSQL_URL`` (used as given);
-2. a ``mysql:8.4`` container through testcontainers, when a Docker daemon answers;
+2. a ``mysql:8.4`` container through testcontainers, when a Docker daemon answers and has or can pull the image
+   (``PLITZI_MYSQL_IMAGE`` names another image; ``PLITZI_MYSQL_DOCKER_NETWORK=host`` runs it on the host's
+   network, loopback only: see ``docker.py``);
 3. a private ``mariadbd`` / ``mysqld`` found on this machine, started in a temporary directory on a free
    loopback port (:class:`LocalMysqlServer`).
 
@@ -31,7 +33,7 @@ import pymysql
 
 from ..url import parse_mysql_url
 from .databases import fresh_database
-from .docker import DOCKER_IMAGE, docker_available, docker_image_ready, docker_mysql_url
+from .docker import DOCKER_IMAGE, docker_available, docker_image, docker_image_ready, docker_mysql_url
 from .host import (
     SEARCH_DIRS,
     find_server_binary,
@@ -413,7 +415,7 @@ def mysql_server_url() -> Iterator[str]:
         logger.info("using the server in %s", ENV_URL)
         yield env_url
         return
-    if docker_available() and docker_image_ready(DOCKER_IMAGE):
+    if docker_available() and docker_image_ready(docker_image()):
         with docker_mysql_url(_HOW_TO_GET_ONE) as url:
             yield url
         return

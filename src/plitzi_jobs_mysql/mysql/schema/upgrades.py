@@ -195,8 +195,9 @@ def kept_originals(prefix: str) -> Tables:
 
 
 def _lock_name(prefix: str) -> str:
-    # Lock names are server-wide and at most 64 characters: the database and the prefix, hashed.
-    return f"CONCAT('plitzi_jobs_mysql:', SHA1(CONCAT(DATABASE(), '.', {_text(check_prefix(prefix))})))"
+    # Lock names are server-wide and at most 64 characters: the database and the prefix, hashed. SHA2, which
+    # MariaDB and every MySQL have (MySQL 9 has no SHA1() or MD5()), cut to 40 hex digits to fit.
+    return f"CONCAT('plitzi_jobs_mysql:', LEFT(SHA2(CONCAT(DATABASE(), '.', {_text(check_prefix(prefix))}), 256), 40))"
 
 
 def lock_is_free(prefix: str) -> str:
