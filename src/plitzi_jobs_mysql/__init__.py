@@ -28,6 +28,7 @@ from .mysql import (
     mysql_job_schema_upgrades,
 )
 from .records import (
+    ActionLimit,
     Attempt,
     AttemptOutcome,
     AttemptStatus,
@@ -48,6 +49,7 @@ from .runtime.worker import JobWorker, PermanentFailure, RetryLater, create_job_
 
 __all__ = [
     "ActionEntry",
+    "ActionLimit",
     "ActionJobs",
     "ActionLookups",
     "Attempt",

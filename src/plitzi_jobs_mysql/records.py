@@ -204,6 +204,29 @@ class QueueStats:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ActionLimit:
+    """A fleet-wide limit on one action's jobs, enforced by the store: at most `concurrency` running at once (per
+    space; with `by_key`, per job `key`) and at most `rate` starts in any sliding `per_ms` window of its clock."""
+
+    concurrency: int | None = None
+    rate: int | None = None
+    per_ms: int = 1_000
+    by_key: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "rate"):
+            value = getattr(self, name)
+            if value is not None and (type(value) is not int or not 1 <= value <= 1_000_000):
+                raise ValueError(f"ActionLimit.{name} must be None or an int from 1 to 1,000,000, got {value!r}")
+        if type(self.per_ms) is not int or not 1 <= self.per_ms <= 86_400_000:
+            raise ValueError(f"ActionLimit.per_ms must be an int from 1 to 86,400,000 (a day), got {self.per_ms!r}")
+        if type(self.by_key) is not bool:
+            raise ValueError(f"ActionLimit.by_key must be a bool, got {self.by_key!r}")
+        if self.concurrency is None and self.rate is None:
+            raise ValueError("an ActionLimit limits something: give concurrency, rate or both")
+
+
+@dataclass(frozen=True, kw_only=True)
 class FinishedCount:
     """How many jobs of one space and action finished in one terminal status within one bucket of time
     (`finished_counts`: what the dashboard's chart draws)."""

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..contract import validation as check
+from ..contract import kv_validation as check
 from ..contract.capabilities import DeletesUnchanged, TakesAbsent
 from ..contract.protocols import KvStore
 from .wall_clock import wall_clock_ms

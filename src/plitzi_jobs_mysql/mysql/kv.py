@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 from pymysql.constants import ER
 
-from ..contract import validation as check
+from ..contract import kv_validation as check
 from ..contract.capabilities import DeletesUnchanged, TakesAbsent
 from ..contract.protocols import KvStore
 from ..errors import KvRowLockedError, StoreUnavailableError
