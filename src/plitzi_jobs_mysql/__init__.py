@@ -49,8 +49,8 @@ from .runtime.worker import JobWorker, PermanentFailure, RetryLater, create_job_
 
 __all__ = [
     "ActionEntry",
-    "ActionLimit",
     "ActionJobs",
+    "ActionLimit",
     "ActionLookups",
     "Attempt",
     "AttemptOutcome",

@@ -9,6 +9,7 @@ from typing import Final
 from ..errors import PayloadTooLargeError
 from .validation import INT64_MAX, INT64_MIN, KV_KEY_MAX_BYTES, MAX_DURATION_MS, PAYLOAD_MAX_BYTES, integer, utf8
 
+
 def kv_key(key: object) -> str:
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, not {type(key).__name__}")
