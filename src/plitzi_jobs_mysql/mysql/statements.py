@@ -25,43 +25,13 @@ from .schema.tables import table_names
 NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 
 #: The columns a job or schedule is read with; rows.py decodes a row by these names.
-JOB_COLUMN_NAMES = (
-    "seq",
-    "id",
-    "space_id",
-    "action_id",
-    "environment",
-    "trigger",
-    "input",
-    "due_at",
-    "max_attempts",
-    "missed",
-    "key",
-    "status",
-    "run_at",
-    "attempts",
-    "created_at",
-    "updated_at",
-    "history",
-    "lease_until",
-    "worker_id",
-    "run_id",
-    "cancel_requested",
-    "error",
-    "claimed_at",
+JOB_COLUMN_NAMES = tuple(
+    "seq id space_id action_id environment trigger input due_at max_attempts missed key priority status run_at "
+    "attempts created_at updated_at history lease_until worker_id run_id cancel_requested error claimed_at".split()
 )
-SCHEDULE_COLUMN_NAMES = (
-    "space_id",
-    "action_id",
-    "cron",
-    "timezone",
-    "environment",
-    "enabled",
-    "next_run_at",
-    "max_attempts",
-    "missed",
-    "updated_at",
-    "last_fire_at",
+SCHEDULE_COLUMN_NAMES = tuple(
+    "space_id action_id cron timezone environment enabled next_run_at max_attempts missed updated_at "
+    "last_fire_at".split()
 )
 JOB_COLUMNS = ", ".join(f"`{name}`" for name in JOB_COLUMN_NAMES)
 SCHEDULE_COLUMNS = ", ".join(f"`{name}`" for name in SCHEDULE_COLUMN_NAMES)
@@ -144,6 +114,7 @@ class Statements:
     insert_job_values: str
     insert_jobs: str
     existing_job_ids: str
+    due_priorities: str
     claim_candidates: str
     claim_pending_candidates: str
     claim_lapsed_candidates: str
@@ -218,33 +189,40 @@ def statements_for(prefix: str) -> Statements:
     # A value compares as its bytes' length and SHA-256 (utf8mb4_bin is PAD SPACE, so `v = 'x '` would match
     # 'x'), so a swap sends its expected value as a digest and only the new value whole.
     same_value = "LENGTH(v) = %s AND SHA2(v, 256) = %s"
+    # Candidates travel as (seq, run_at, lapsed, priority).
     pending_read = (
-        f"SELECT seq, run_at, 0 FROM {jobs} FORCE INDEX (job_due) "
-        "WHERE status = 'pending' AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s"
+        f"SELECT seq, run_at, 0, priority FROM {jobs} FORCE INDEX (job_claim) "
+        "WHERE status = 'pending' AND priority = %s AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s"
     )
     lapsed_read = (
-        f"SELECT seq, run_at, 1 FROM {jobs} FORCE INDEX (job_due) "
-        "WHERE status = 'running' AND lease_until < %s ORDER BY run_at, seq LIMIT %s"
+        f"SELECT seq, run_at, 1, priority FROM {jobs} FORCE INDEX (job_claim) "
+        "WHERE status = 'running' AND lease_until < %s ORDER BY priority, run_at, seq LIMIT %s"
     )
     base = Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
         server_limits="SELECT @@max_allowed_packet, VERSION()",
         # -- jobs -------------------------------------------------------------------------------------------
-        insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
+        insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
         insert_jobs=(
             f"INSERT INTO {jobs} (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
-            "missed, `key`, status, run_at, attempts, created_at, updated_at, history) VALUES "
+            "missed, `key`, priority, status, run_at, attempts, created_at, updated_at, history) VALUES "
         ),
         existing_job_ids=f"SELECT id FROM {jobs} WHERE id IN %s",
-        # Two index-ordered reads, one per status, each through `job_due`: the OR of both under one ORDER BY
-        # makes the server read and sort every due job. The pending read is O(limit): it starts at an offset, so
-        # claimers spread over the oldest jobs each take their own block (the server skips index entries
-        # cheaply; only the block crosses the wire). The lapsed read steps over every running row (their run_at
-        # orders them, not their lease), so a claim sends it only now and then (queue_core.py, LAPSED_READ_EVERY_MS);
-        # an index on lease_until would make it O(limit) but every heartbeat move an index entry (measured in
-        # bench/README.md). Only (seq, run_at) travel: full rows in a UNION ALL derived table once crashed
-        # MariaDB 10.11.
+        # Index-ordered reads through `job_claim` (status, priority, run_at): the OR of both statuses under one
+        # ORDER BY makes the server read and sort every due job. First the priorities that have due jobs: a loose
+        # index scan (one dive per priority, whatever the jobs), so a not-yet-due job of a lower priority is never
+        # walked. Then one pending read per such priority (UNION ALL, merged by the claim), each O(limit): the
+        # first starts at an offset, so claimers spread over the oldest jobs each take their own block (the
+        # server skips index entries cheaply; only the block crosses the wire). The lapsed read steps over every
+        # running row (their run_at orders them, not their lease), so a claim sends it only now and then
+        # (queue_core.py, LAPSED_READ_EVERY_MS); an index on lease_until would make it O(limit) but every
+        # heartbeat move an index entry (measured in bench/README.md). Only (seq, run_at, …) travel: full rows in
+        # a UNION ALL derived table once crashed MariaDB 10.11.
+        due_priorities=(
+            f"SELECT priority, MIN(run_at) FROM {jobs} FORCE INDEX (job_claim) "
+            "WHERE status = 'pending' AND run_at <= %s GROUP BY status, priority"
+        ),
         claim_pending_candidates=pending_read,
         claim_lapsed_candidates=lapsed_read,
         claim_candidates=f"({pending_read}) UNION ALL ({lapsed_read})",

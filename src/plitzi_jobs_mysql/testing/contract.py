@@ -27,6 +27,7 @@ from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
+from .priority_contract import PriorityContract
 from .schedule_contract import OperatorContract, ScheduleContract
 from .support import Advance, real_time_advance
 
@@ -34,7 +35,13 @@ __all__ = ["ClockStepContract", "JobQueueContract", "KvContract"]
 
 
 class JobQueueContract(
-    EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract, CapabilityContract
+    EnqueueContract,
+    LeaseContract,
+    PriorityContract,
+    ScheduleContract,
+    OperatorContract,
+    ActivityContract,
+    CapabilityContract,
 ):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 

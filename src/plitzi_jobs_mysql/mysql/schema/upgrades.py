@@ -24,7 +24,11 @@ from dataclasses import dataclass
 
 from ..statements import TERMINAL
 from .tables import (
+    CLAIM_INDEX,
+    CURRENT_LAYOUTS,
     MARKER_TEXT,
+    PRIORITY_COLUMN,
+    SCHEMA_VERSION,
     TS_LAYOUTS,
     V1_LAYOUTS,
     Tables,
@@ -169,10 +173,16 @@ def _convert(table: str, new: str, old: str, index: int) -> list[str]:
 
 
 def _stamp(table: str, index: int, version: int) -> list[str]:
-    """Records the version on a table that has its layout but no record (made before tables carried one)."""
+    """Records the version on a table that has its layout but no record (made before tables carried one); a
+    table with the current layout and no record (its COMMENT cleared) records the current version."""
     layout, comment = _layout(table), _comment(table)
-    unrecorded = f"{layout} = {_text(V1_LAYOUTS[index])} AND LOCATE({_text(MARKER_TEXT)}, {comment}) = 0"
-    return _guarded(unrecorded, f"ALTER TABLE `{table}` COMMENT = '{marker(version)}'")
+    statements: list[str] = []
+    for columns, recorded in ((V1_LAYOUTS[index], version), (CURRENT_LAYOUTS[index], SCHEMA_VERSION)):
+        if recorded != version and columns == V1_LAYOUTS[index]:
+            continue  # the layout did not change since version 1: stamped 1, and the steps take it on
+        unrecorded = f"{layout} = {_text(columns)} AND LOCATE({_text(MARKER_TEXT)}, {comment}) = 0"
+        statements += _guarded(unrecorded, f"ALTER TABLE `{table}` COMMENT = '{marker(recorded)}'")
+    return statements
 
 
 def _step_1(prefix: str) -> list[str]:
@@ -184,8 +194,51 @@ def _step_1(prefix: str) -> list[str]:
     return statements
 
 
+# -- the priorities step: `JobInput.priority` and the index claims read due jobs through ----------------------
+
+#: The schema version the priorities step brings the tables to (one place to renumber it).
+PRIORITIES_VERSION = 2
+
+
+def _priorities_step(version: int) -> Callable[[str], list[str]]:
+    """The step from `version - 1` to `version`: one ALTER of the jobs table (the column, the claim index and the
+    record at once, so a run that died half-way finds the table either before or after it) and a record-only
+    ALTER of the others."""
+    before, after = marker(version - 1), marker(version)
+
+    def statements(prefix: str) -> list[str]:
+        t = table_names(prefix)
+        jobs = (
+            f"ALTER TABLE `{t.jobs}` ADD COLUMN {PRIORITY_COLUMN} AFTER `key`, ADD KEY {CLAIM_INDEX}, "
+            f"COMMENT = '{after}'"
+        )
+        out = _guarded(f"{_comment(t.jobs)} = '{before}'", jobs)
+        for table in (t.schedules, t.kv):
+            out += _guarded(f"{_comment(table)} = '{before}'", f"ALTER TABLE `{table}` COMMENT = '{after}'")
+        return out
+
+    return statements
+
+
+def priorities_downgrade(prefix: str = "", version: int = PRIORITIES_VERSION) -> list[str]:
+    """The priorities step undone (an Alembic downgrade): the jobs' priorities are lost, nothing else."""
+    t = table_names(prefix)
+    before, after = marker(version), marker(version - 1)
+    jobs = f"ALTER TABLE `{t.jobs}` DROP KEY `job_claim`, DROP COLUMN `priority`, COMMENT = '{after}'"
+    statements = [f"SET @pjm_lock = {_lock_name(prefix)}", f"SET @pjm_locked = GET_LOCK(@pjm_lock, {LOCK_WAIT_S})"]
+    statements += _guarded(f"{_comment(t.jobs)} = '{before}'", jobs)
+    for table in (t.schedules, t.kv):
+        statements += _guarded(f"{_comment(table)} = '{before}'", f"ALTER TABLE `{table}` COMMENT = '{after}'")
+    return [*statements, "DO RELEASE_LOCK(@pjm_lock)"]
+
+
 STEPS: tuple[Step, ...] = (
     Step(1, "the TypeScript original's tables (@plitzi/sdk-server 0.37.2) copied into version-1 tables", _step_1),
+    Step(
+        PRIORITIES_VERSION,
+        "job priorities: the `priority` column and the `job_claim` index",
+        _priorities_step(PRIORITIES_VERSION),
+    ),
 )
 
 
