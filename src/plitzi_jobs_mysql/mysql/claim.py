@@ -16,6 +16,12 @@ from ..records import LOST_ERROR, Job
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
 from .session import Connection, as_text, is_conflict
+from .statements import TAKE_DIED
+
+# How many times one claim reads again because lapsed jobs it met died (each death is final, so this is rare).
+MAX_DEATH_REREADS = 4
+# What one compare-and-set of a claim came to.
+LOST, WON, DIED = 0, 1, 2
 
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
@@ -118,8 +124,9 @@ class ClaimCalls(QueueCore):
             return CAS_IN_FLIGHT
         return max(1, min(CAS_IN_FLIGHT, idle - 1))
 
-    async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool:
-        """One compare-and-set on its own borrowed connection: True when this claimer won the job."""
+    async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> int:
+        """One compare-and-set on its own borrowed connection: WON when this claimer holds the job now, DIED when
+        the job was a lapsed one that died instead (past max_attempts), else LOST."""
         flavour = self._store.flavour
         if flavour.nowait_guard:
             statement = self._sql.claim_lapsed_nowait if lapsed else self._sql.claim_pending_nowait
@@ -131,14 +138,17 @@ class ClaimCalls(QueueCore):
             args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
             # A row another transaction holds fails at once (MariaDB's per-statement bound, MySQL's NOWAIT guard)
             # rather than after the server's innodb_lock_wait_timeout: someone else has it, a lost race.
-            return await conn.write(statement, args, prefix=flavour.claim_prefix)
+            rows, told = await conn.write_returning_id(statement, args, prefix=flavour.claim_prefix)
+            if not rows:
+                return LOST
+            return DIED if lapsed and told == TAKE_DIED else WON
 
         try:
-            return bool(await self._store.run(take))
+            return await self._store.run(take)
         except pymysql.err.MySQLError as error:
             if not is_conflict(error):
                 raise
-            return False  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
+            return LOST  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
 
     async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int) -> list[Job]:
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
@@ -149,15 +159,20 @@ class ClaimCalls(QueueCore):
             candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
         started = time.monotonic_ns()
         won: list[int] = []
+        died: list[int] = []
         lost = 0
         failure: BaseException | None = None
-        for attempt in range(2):
+        rereads = 0
+        for attempt in range(2 + MAX_DEATH_REREADS):
+            dead_before = len(died)
             # The compare-and-sets of one claim run side by side, each its own single-row statement on its own
             # pooled connection (never two held at once, so a small pool cannot deadlock): a claim costs three
             # round trips of wall time rather than one per job. Candidates lost to other claimers are replaced
             # by the next ones, so no more than `limit` are ever won.
             waiting = list(candidates)
-            while waiting and len(won) < limit and failure is None:
+            # A death stops the round: the reads were cut at what `limit` needs, so what lies past them may
+            # not be next in order any more.
+            while waiting and len(won) < limit and failure is None and len(died) == dead_before:
                 batch = waiting[: min(limit - len(won), self._cas_room())]
                 del waiting[: len(batch)]
                 results = await asyncio.gather(
@@ -167,13 +182,23 @@ class ClaimCalls(QueueCore):
                 for (seq, *_), result in zip(batch, results, strict=True):
                     if isinstance(result, BaseException):
                         failure = failure or result
-                    elif result:
+                    elif result == WON:
                         won.append(seq)
+                    elif result == DIED:
+                        died.append(seq)  # its slot goes to the next candidate
                     else:
                         lost += 1
+            if len(won) >= limit or failure is not None:
+                break
+            if len(died) > dead_before and rereads < MAX_DEATH_REREADS:
+                # Jobs that died freed their slots, and more jobs may be due behind them (the lapsed read took
+                # only `limit`): read again, as the memory queue's claim goes on down its order.
+                rereads += 1
+                candidates = await self._candidates(limit, now, 0, lease_ms)
+                continue
             # Every candidate lost to other claimers, but more were there: read once more rather than leave a
             # worker idle for a whole poll while jobs wait.
-            if won or attempt or failure is not None or len(candidates) < 2 * limit:
+            if won or attempt > rereads or len(candidates) < 2 * limit:
                 break
             candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
         self._adapt_spread(lost)
@@ -183,13 +208,13 @@ class ClaimCalls(QueueCore):
             # The jobs already won are ours: raising would leave them running with nobody running them until their
             # lease lapsed (a lost attempt each, and a lease of waiting). Hand those out.
             log.warning("claim cut short after winning %d jobs: %s", len(won), failure)
-        if not won:
-            return []
+        rows = []
+        if won:
+            rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
+        returned = {int(c["seq"]) for c in map(job_columns, rows)}
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
-        rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
-        if len(rows) < len(won):
-            returned = {int(c["seq"]) for c in map(job_columns, rows)}
-            missing = [seq for seq in won if seq not in returned]
+        missing = died + [seq for seq in won if seq not in returned]
+        if missing:
             dead = await self._store.run(lambda conn: conn.fetch(self._sql.dead_by_loss, (missing,)))
             for id_, space_id, action_id, attempts, max_attempts in dead:
                 _emit(dead_by_loss(as_text(id_), int(space_id), as_text(action_id), int(attempts), int(max_attempts)))

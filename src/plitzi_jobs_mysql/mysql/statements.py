@@ -59,6 +59,16 @@ def count_rows(table: str) -> str:
     return f"SELECT COUNT(*) FROM `{table}`"
 
 
+# A worker's single-row writes find their row by key, never through `job_due`/`job_claim`: on a small table, or
+# rows with equal run_at, the optimizer reads an UPDATE's `status = … AND run_at <= …` as a range of those
+# indexes and locks the whole range, so one claim's compare-and-sets (and a settle beside them) met 1205 against
+# each other with nobody else writing (issue 18.4). MariaDB and MySQL both take index hints in an UPDATE.
+BY_SEQ = "FORCE INDEX (PRIMARY)"
+BY_ID = "FORCE INDEX (job_id)"
+
+#: What a lapsed job's takeover reports in its OK packet's insert id (`claim_lapsed`).
+TAKE_DIED, TAKE_WON = 1, 2
+
 #: A claim's instant: the claim's now, but always after the job's previous claim, so two claims of one job never
 #: share one (even within a millisecond) and a settle carrying its claim's instant tells the claims apart.
 NEXT_CLAIM = "GREATEST(%(now)s, COALESCE(claimed_at + 1, 0))"
@@ -227,14 +237,14 @@ def statements_for(prefix: str) -> Statements:
         claim_lapsed_candidates=lapsed_read,
         claim_candidates=f"({pending_read}) UNION ALL ({lapsed_read})",
         claim_pending=(
-            f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
+            f"UPDATE {jobs} {BY_SEQ} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
             f"lease_until = %(lease_until)s, claimed_at = {NEXT_CLAIM}, updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
         ),
         # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
         # that kills its worker every time cannot loop forever.
         claim_lapsed=(
-            f"UPDATE {jobs} SET "
+            f"UPDATE {jobs} {BY_SEQ} SET "
             "history = JSON_ARRAY_APPEND(history, '$', "
             + _attempt_json(
                 "'lost'",
@@ -251,7 +261,9 @@ def statements_for(prefix: str) -> Statements:
             "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
             "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
             f"claimed_at = IF(status = 'dead', claimed_at, {NEXT_CLAIM}), "
-            "updated_at = %(now)s "
+            # The OK packet's insert id tells a takeover (2) from a death (1): a dead job is no claim won, and
+            # its slot goes to the next candidate (issue 18.5).
+            f"updated_at = IF(LAST_INSERT_ID(IF(status = 'dead', {TAKE_DIED}, {TAKE_WON})) > 0, %(now)s, %(now)s) "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
@@ -259,12 +271,14 @@ def statements_for(prefix: str) -> Statements:
         dead_by_loss=(
             f"SELECT id, space_id, action_id, attempts, max_attempts FROM {jobs} WHERE seq IN %s AND status = 'dead'"
         ),
-        renew_leases=(f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"),
+        renew_leases=(
+            f"UPDATE {jobs} {BY_ID} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
+        ),
         cancel_requested_ids=(
             f"SELECT id FROM {jobs} WHERE id IN %s AND worker_id = %s AND status = 'running' AND cancel_requested = 1"
         ),
         settle=(
-            f"UPDATE {jobs} SET "
+            f"UPDATE {jobs} {BY_ID} SET "
             "history = IF(%(has_attempt)s, JSON_ARRAY_APPEND(history, '$', "
             + _attempt_json("%(a_status)s", "%(a_worker)s", "%(a_run)s", "%(a_error)s", "%(now)s")
             + "), history), "
@@ -286,7 +300,7 @@ def statements_for(prefix: str) -> Statements:
         # instant, when given), so a row another claim took over, or one already settled, is left alone. One
         # statement per batch rather than per job.
         settle_succeeded=(
-            f"UPDATE {jobs} SET "
+            f"UPDATE {jobs} {BY_ID} SET "
             "history = JSON_ARRAY_APPEND(history, '$', "
             + _attempt_json("'succeeded'", "%(worker)s", "{run}", "NULL", "%(now)s")
             + "), "

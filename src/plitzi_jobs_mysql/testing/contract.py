@@ -27,7 +27,7 @@ from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
-from .priority_contract import PriorityContract
+from .priority_contract import ClaimOrderContract, PriorityContract
 from .schedule_contract import OperatorContract, ScheduleContract
 from .support import Advance, real_time_advance
 
@@ -38,6 +38,7 @@ class JobQueueContract(
     EnqueueContract,
     LeaseContract,
     PriorityContract,
+    ClaimOrderContract,
     ScheduleContract,
     OperatorContract,
     ActivityContract,

@@ -75,3 +75,61 @@ class PriorityContract:
         taken = await claim_one(queue, "rescuer")
         assert (taken.id, taken.priority, taken.attempts) == ("urgent", -10, 2)
         assert (await claim_one(queue, "rescuer")).id == "plain"
+
+
+class ClaimOrderContract:
+    """A lone claimer's claims, exactly (a part of `JobQueueContract`; issue 18, items 4 and 5)."""
+
+    async def test_a_job_that_dies_on_takeover_leaves_its_claim_slot_to_a_due_job(
+        self, queue: JobQueue, advance: Advance
+    ) -> None:
+        now = await now_ms(queue)
+        await queue.enqueue(job("doomed", max_attempts=1, due_at=now - 10_000))
+        assert (await claim_one(queue, "dying-worker", lease_ms=50)).id == "doomed"
+        await queue.enqueue(job("waiting", due_at=now - 1_000))
+        await advance(51)
+        taken = await queue.claim(worker_id="rescuer", lease_ms=60_000, limit=1)
+        assert [j.id for j in taken] == ["waiting"], "a job that died on takeover is no claim won"
+        doomed = await queue.get_job([1], "doomed")
+        assert doomed is not None and doomed.status == "dead"
+
+    async def test_jobs_that_die_on_takeover_leave_the_claim_in_order(self, queue: JobQueue, advance: Advance) -> None:
+        now = await now_ms(queue)
+        await queue.enqueue_many(
+            [
+                job("dies-1", max_attempts=1, due_at=now - 9_000),
+                job("dies-2", max_attempts=1, due_at=now - 8_000),
+                job("lapses-1", due_at=now - 7_000),
+                job("lapses-2", due_at=now - 6_000),
+            ]
+        )
+        assert len(await queue.claim(worker_id="dying-worker", lease_ms=50, limit=4)) == 4
+        await queue.enqueue(job("pending", due_at=now - 1_000))
+        await advance(51)
+        taken = await queue.claim(worker_id="rescuer", lease_ms=60_000, limit=2)
+        assert [j.id for j in taken] == ["lapses-1", "lapses-2"]
+        assert [j.id for j in await queue.claim(worker_id="rescuer", lease_ms=60_000, limit=2)] == ["pending"]
+
+    async def test_a_lone_claim_takes_a_lapsed_job_and_the_pending_ones_beside_it(
+        self, queue: JobQueue, advance: Advance
+    ) -> None:
+        # A few rows: where an UPDATE's conditions read as a range of the status index, a claim's own
+        # compare-and-sets locked each other's rows, and the claim came back short.
+        for round in range(6):
+            now = await now_ms(queue)
+            await queue.enqueue(job(f"held-{round}", due_at=now - 5_000))
+            assert (await claim_one(queue, "dying-worker", lease_ms=50)).id == f"held-{round}"
+            await queue.enqueue_many([job(f"p{round}-{n}", due_at=now - 1_000) for n in range(3)])
+            await advance(51)
+            taken = await queue.claim(worker_id="w1", lease_ms=60_000, limit=5)
+            assert [j.id for j in taken] == [f"held-{round}"] + [f"p{round}-{n}" for n in range(3)], f"round {round}"
+
+    async def test_a_lone_claimer_takes_jobs_of_one_instant_strictly_in_order(self, queue: JobQueue) -> None:
+        now = await now_ms(queue)
+        ids = [f"j{n:03}" for n in range(240)]
+        # One batch: every job has the same run_at, created_at and updated_at; enqueue order breaks the tie.
+        await queue.enqueue_many([job(i, due_at=now - 1_000) for i in ids])
+        for start in range(0, len(ids), 8):
+            taken = await queue.claim(worker_id="w1", lease_ms=60_000, limit=8)
+            assert [j.id for j in taken] == ids[start : start + 8], f"claim {start // 8}"
+        assert await queue.claim(worker_id="w1", lease_ms=60_000, limit=8) == []
