@@ -76,9 +76,12 @@ class ClaimCalls(QueueCore):
             found: list[Candidate] = []
             pending, skip = 0, offset
             lapsed = with_lapsed
-            # A read per due priority, a few to a statement, until enough pending jobs are in hand.
+            # A read per due priority until enough pending jobs are in hand: the first one alone (it usually
+            # holds them all), then a few to a statement.
+            size = 1
             while (priorities and pending < 2 * limit) or lapsed:
-                chunk, priorities = priorities[:PRIORITIES_PER_READ], priorities[PRIORITIES_PER_READ:]
+                chunk, priorities = priorities[:size], priorities[size:]
+                size = PRIORITIES_PER_READ
                 parts, args = [], []
                 for priority in chunk:
                     parts.append(sql.claim_pending_candidates)
