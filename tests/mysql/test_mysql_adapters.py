@@ -302,7 +302,8 @@ async def test_the_due_priorities_are_found_without_walking_the_jobs(database_ur
     )
     sql(database_url, "ANALYZE TABLE action_jobs")
     plan = repr(sql(database_url, "EXPLAIN " + statements_for("").due_priorities, (now,)))
-    assert "for group-by" in plan and "job_claim" in plan, plan
+    # MariaDB's table plan says "Using index for group-by"; MySQL 9's tree "Covering index skip scan for grouping".
+    assert ("for group-by" in plan or "skip scan for grouping" in plan) and "job_claim" in plan, plan
     taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=3)
     assert [(j.id, j.priority) for j in taken] == [("b20000", 7), ("b19995", 7), ("b19990", 7)]
 
