@@ -61,6 +61,7 @@ INPUTS: Final[list[dict[str, Any]]] = [
 BAD_JOB_FIELDS: Final[list[dict[str, Any]]] = [
     {"id": ""}, {"id": "x" * 192}, {"id": "\ud800"}, {"action_id": ""}, {"max_attempts": 0},
     {"due_at": -1}, {"input": {1: "int key"}}, {"environment": "e" * 65}, {"key": "\udcff"},
+    {"priority": 101}, {"priority": True},
 ]  # fmt: skip
 
 
@@ -228,6 +229,7 @@ class Generator:
             "max_attempts": self.pick([1, 2, 3] if self.known_open else [40, 1_000]),
             "missed": self.pick([None, None, 0, 3]),
             "key": self.pick(JOB_KEYS),
+            "priority": self.pick([0, 0, 0, -5, 5, 100, -100]),
         }
         values.update(fields)
         return JobInput(**values)
