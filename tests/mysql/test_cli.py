@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -205,6 +206,7 @@ def test_jobs_show(migrated: str) -> None:
     assert [a["status"] for a in job["history"]] == ["succeeded"]
     human = ok(cli("jobs", "show", "--url", migrated, "--space", "1", "done")).stdout
     assert "succeeded" in human and "history" in human and "r1" in human
+    assert job["priority"] == 0 and re.search(r"^priority +0$", human, re.M), human
     # Another space's job is not found: exit 2. Ids are exact.
     assert "no job 'other'" in fails(cli("jobs", "show", "--url", migrated, "--space", "1", "other"))
     assert "no job 'DONE'" in fails(cli("jobs", "show", "--url", migrated, "--space", "1", "DONE"))

@@ -11,10 +11,11 @@ the moment it runs, and a false condition runs `DO 0` instead. Hence:
 The whole list runs under GET_LOCK on a name derived from the database and the prefix, and no guard is true
 unless this session holds it: two replicas migrating at once take turns, and the second finds nothing to do.
 
-Adding step 2 (say, a column on the jobs table): a `Step` whose statements are
-`_guarded(f"{_comment(t.jobs)} = '{marker(1)}'", "ALTER TABLE `…` ADD COLUMN …, COMMENT = '{marker(2)}'")` per
+Adding a step (say, a column on the jobs table; `_priorities_step` is one): a `Step` whose statements are
+`_guarded(f"{_comment(t.jobs)} = '{marker(n - 1)}'", "ALTER TABLE `…` ADD COLUMN …, COMMENT = '{marker(n)}'")` per
 table it changes (plus a COMMENT-only ALTER for the tables it leaves alone), appended to STEPS, and
-SCHEMA_VERSION = 2 in tables.py with the new CREATE TABLE there; step 1 keeps building version-1 tables.
+SCHEMA_VERSION = n in tables.py with the new CREATE TABLE there; step 1 keeps building version-1 tables. Build
+it from its version (a function of n, as `_priorities_step`), so renumbering it is one constant.
 """
 
 from __future__ import annotations
