@@ -51,15 +51,14 @@ class BulkContract:
     async def test_cancel_all_cancels_waiting_jobs_and_asks_running_ones_to_stop(self, queue: JobQueue) -> None:
         bulk: BulkOperations = _offers(queue, BulkOperations)
         await queue.enqueue_many([job("run"), job("wait-1"), job("wait-2"), job("other", action_id="other"),
-                                  job("elsewhere", space_id=2), job("later", due_at=2**40)])  # fmt: skip
+                                  job("elsewhere", space_id=2), job("later", due_at=2**42)])  # fmt: skip
         await claim_one(queue, "w")  # "run", the oldest
-        done = await queue.enqueue(job("done", due_at=2**41))
-        assert done
+        assert await queue.enqueue(job("far", due_at=2**42))  # enqueued after the claim: waiting, far off
         with pytest.raises(ValueError):
             await bulk.cancel_all(space_id=1, action_id="")
         with pytest.raises(TypeError):
             await bulk.cancel_all(space_id="1")  # type: ignore[arg-type]
-        assert await bulk.cancel_all(space_id=1, action_id="action-1") == 5  # run, wait-1, wait-2, later, done
+        assert await bulk.cancel_all(space_id=1, action_id="action-1") == 5  # run, wait-1, wait-2, later, far
         found = {i: await queue.get_job([1, 2], i) for i in ("run", "wait-1", "later", "other", "elsewhere")}
         assert {i: (j.status, j.cancel_requested) for i, j in found.items() if j} == {
             "run": ("running", True), "wait-1": ("cancelled", False), "later": ("cancelled", False),
@@ -114,7 +113,7 @@ class BulkContract:
         self, queue: JobQueue, transaction: Transaction
     ) -> None:
         completing: CompletesIn = _offers(queue, CompletesIn)
-        await queue.enqueue_many([job("theirs"), job("waiting", due_at=2**40)])
+        await queue.enqueue_many([job("theirs"), job("waiting", due_at=2**42)])
         await claim_one(queue, "other")
         for job_id in ("theirs", "waiting", "missing"):
             with pytest.raises(LeaseLostError):
