@@ -51,7 +51,7 @@ class BulkOperations(Protocol):
 
 @runtime_checkable
 class CompletesIn(Protocol):
-    """A queue that settles a job `succeeded` inside its caller's transaction (None: a store without connections)."""
+    """A queue that settles a job `succeeded` inside its caller's transaction (`connection=None`: in one of its own)."""
 
     async def complete_in(self, connection: Any, *, job_id: str, worker_id: str, run_id: str | None = None) -> None:
         """As `settle(status="succeeded", attempt=AttemptOutcome("succeeded", worker_id, run_id))` while

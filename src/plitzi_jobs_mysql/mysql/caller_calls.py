@@ -113,15 +113,21 @@ class CallerCalls(QueueCore):
     async def complete_in(self, connection: Any, *, job_id: str, worker_id: str, run_id: str | None = None) -> None:
         """Marks the job `succeeded` inside the caller's transaction, with the attempt `settle` would append, while
         `worker_id` holds it; else `LeaseLostError` and nothing written. The worker's own settle afterwards finds
-        the job finished and changes nothing."""
+        the job finished and changes nothing. `connection=None`: on a pooled connection, its own transaction (as
+        the memory queue's `complete_in(None, ...)`)."""
         check.complete_in_args(job_id, worker_id, run_id)
-        conn = await self._caller(connection)
+        caller = None if connection is None else await self._caller(connection)
         now = self._clock.fresh()
         if now is None:
             now = await self._clock.now()
         args = {"id": job_id, "worker": worker_id, "run_id": run_id, "now": now}
         sql = self._batch_sql.complete_job
-        if not await conn.run(lambda c: c.write(sql, args)):
+
+        async def complete(conn: Connection) -> int:
+            return await conn.write(sql, args)
+
+        # Not retried on the pool either: a retry after a commit whose answer was lost would find the job finished.
+        if not await (self._store.run(complete) if caller is None else caller.run(complete)):
             raise LeaseLostError(
                 f"job {job_id!r} is not held by worker {worker_id!r} (its lease lapsed and another claim took it, "
                 "or it is finished already): nothing was written; let your transaction roll back"

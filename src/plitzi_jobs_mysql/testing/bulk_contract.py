@@ -1,6 +1,7 @@
 """The queue's contract for the release 0.2 extensions every store keeps alike: the bulk operations, and
-`complete_in` / `enqueue(..., connection=)` inside a caller's transaction (the `transaction` fixture: a
-store without connections keeps the default, which opens none and yields None)."""
+`complete_in` / `enqueue(..., connection=)` inside a caller's transaction. The `transaction` fixture opens one on
+the store's connection and yields it; its default yields None (a store without connections, or one whose
+`connection=None` means its own transaction, as both of the package's stores)."""
 
 from __future__ import annotations
 
