@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from plitzi_jobs_mysql import ConnectionCharsetError, LeaseLostError, create_mysql_job_queue
+from plitzi_jobs_mysql import ConnectionCharsetError, LeaseLostError, LocalWakeups, create_mysql_job_queue
 from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.worker import create_job_worker
 from plitzi_jobs_mysql.testing.support import now_ms
@@ -209,3 +209,21 @@ async def test_a_worker_whose_handler_completed_in_its_transaction_does_not_sett
         assert found is not None and found.run_id == f"tx-order-{n}"
         assert [(a.status, a.run_id) for a in found.history] == [("succeeded", f"tx-order-{n}")]
     assert sorted(row[1] for row in sql(database_url, "SELECT * FROM orders")) == [f"order-{n}" for n in range(3)]
+
+
+async def test_an_enqueue_wakes_the_workers_only_once_its_job_can_be_seen(database_pool: Any) -> None:
+    queue = create_mysql_job_queue(database_pool, wakeups=LocalWakeups())
+    woken: list[str] = []
+    queue.wakeups.subscribe(queue.wakeup_topic, lambda: woken.append("woken"))
+    async with database_pool.acquire() as conn:
+        await conn.begin()
+        await queue.enqueue(job("in-tx"), connection=conn)
+        await queue.enqueue_many([job("in-tx-2")], connection=conn)
+        await asyncio.sleep(0)
+        assert woken == []  # nobody could claim it yet: a wake-up now would cost the worker a whole poll
+        await conn.commit()
+        queue.announce_due()
+        assert woken == ["woken"]
+        assert conn.get_autocommit()  # the pool's connections: autocommit, and no transaction open now
+        await queue.enqueue(job("committed-at-once"), connection=conn)
+        assert woken == ["woken", "woken"]

@@ -12,6 +12,9 @@ What the queue asks of the caller's connection, checked without a round trip (`C
 The queue never sends COMMIT, ROLLBACK, BEGIN or SET on it. Its pool is still used for first use (the schema
 check) and for the clock's first reading, so the pool needs a free connection the first time.
 
+On MariaDB Galera each statement carries the causal wait (`SET STATEMENT ... FOR`, nothing of the session); Group
+Replication's consistency is a session setting, so on the caller's connection it is the caller's.
+
 On a server conflict (1213 deadlock: the server rolled the caller's transaction back; 1205 lock wait timeout)
 the driver's error reaches the caller unretried: only the caller can retry its transaction.
 """
