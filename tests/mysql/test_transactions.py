@@ -16,7 +16,7 @@ from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.worker import create_job_worker
 from plitzi_jobs_mysql.testing.support import now_ms
 
-from ..conftest import open_pool, sql
+from ..conftest import is_mysql, open_pool, sql
 from ..support import Clock, Events, T, job, wait_for, wait_for_job
 
 ORDERS = "CREATE TABLE orders (id INT PRIMARY KEY, job_id VARCHAR(191) NOT NULL) ENGINE=InnoDB"
@@ -87,13 +87,11 @@ async def test_the_callers_session_is_left_as_it_was(database_url: str, database
     queue = create_mysql_job_queue(database_pool)
     await queue.enqueue(job("held"))  # first use done; a job to complete
     (held,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+    isolation = "transaction_isolation" if is_mysql(database_url) else "tx_isolation"  # MariaDB 10.11's name
     probe = (
         "SELECT @@autocommit, @@session.sql_mode, @@session.time_zone, @@session.character_set_results, "
-        "@@session.tx_isolation, @mine" if "MariaDB" in sql(database_url, "SELECT VERSION()")[0][0] or
-        "mariadb" in sql(database_url, "SELECT VERSION()")[0][0].lower() else
-        "SELECT @@autocommit, @@session.sql_mode, @@session.time_zone, @@session.character_set_results, "
-        "@@session.transaction_isolation, @mine"
-    )  # fmt: skip
+        f"@@session.{isolation}, @mine"
+    )
     async with database_pool.acquire() as conn:
         async with conn.cursor() as cur:
             for statement in (
