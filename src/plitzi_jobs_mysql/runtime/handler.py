@@ -24,3 +24,14 @@ class RetryLater(Exception):
         super().__init__(reason)
         self.reason = reason
         self.delay_ms = delay_ms
+
+
+class AttemptFailed(Exception):
+    """Raised by a handler that keeps its own retry policy (a declared action, `Actions`): this attempt failed
+    with `error` and the job comes back after `delay_ms`, unless it has used all its attempts (then it is dead).
+    Unlike `RetryLater`, the attempt counts. The recorded error is `error`'s, as for any other exception."""
+
+    def __init__(self, error: BaseException, delay_ms: int) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.delay_ms = delay_ms
