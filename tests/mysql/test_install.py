@@ -130,9 +130,9 @@ def _python_blocks() -> list[str]:
 
 
 def test_the_quickstart_runs_from_the_wheel(installed: Installed, database_url: str) -> None:
-    from .test_readme import point_at
+    from .test_readme import point_at, readme_block
 
-    quickstart = point_at(_python_blocks()[0], database_url)
+    quickstart = point_at(readme_block("AttemptOutcome", "queue.claim("), database_url)
     result = installed.run(installed.python, "-c", quickstart)
     _check(result, "the quickstart")
     assert result.stdout.splitlines() == ["created", "running welcome:42 {'user': 42}", "welcomes sent: 1"]
