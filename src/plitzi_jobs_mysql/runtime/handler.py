@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from ..records import Job
 
 #: An async function of the claimed job; what it returns is recorded as the job's `run_id` (a `str`, or None).
+#: Anything else (a dict, an int) is not recorded: the job still succeeds, and one WARNING names the job and the type.
 JobHandler = Callable[[Job], Awaitable[str | None]]
 
 
