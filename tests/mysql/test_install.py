@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,6 +102,11 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
     assets = {n for n in names if n.startswith("plitzi_jobs_mysql/web/") and not n.endswith(".py")}
     assert {"plitzi_jobs_mysql/web/templates/overview.html", "plitzi_jobs_mysql/web/static/dashboard.css"} <= assets
     assert "Provides-Extra: web" in meta and re.search(r"Requires-Dist: starlette.*extra == .web.", meta)
+    # Where the source, the docs and the issues are, for a reader who has only the wheel (issue 23.5).
+    urls = dict(line.removeprefix("Project-URL: ").split(", ", 1) for line in meta.splitlines()
+                if line.startswith("Project-URL: "))  # fmt: skip
+    assert set(urls) == {"Source", "Documentation", "Issues"}, urls
+    assert all(url.startswith(urls["Source"]) for url in urls.values()), urls
 
     with tarfile.open(installed.sdist) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
@@ -111,8 +117,22 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
 
 def test_the_readme_has_no_relative_links() -> None:
     # A package index renders README.md away from the repository: a relative link there leads nowhere.
-    links = re.findall(r"\]\(([^)]+)\)", README.read_text())
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text) + re.findall(r"<img src=\"([^\"]+)\"", text)
     assert [link for link in links if not re.match(r"https?://", link)] == []
+
+
+def test_the_readme_says_where_the_files_it_names_live() -> None:
+    """Files the README names that the wheel does not carry (docs/, tests/, ...) are in the source repository: the
+    README names it, as the wheel's metadata does, and every such file it names is there."""
+    text = README.read_text()
+    source = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Source"]
+    assert f"The source repository is {source} (issues: {source}/issues)" in text
+    for folder in ("docs", "tests", "bench", "scripts", "examples", "sql"):
+        assert f"`{folder}/`" in text.split("The source repository is", 1)[1][:400]
+    named = set(re.findall(r"\b((?:docs|tests|bench|scripts|examples|sql)/[\w./-]*\w)", text))
+    assert len(named) > 20
+    assert [path for path in sorted(named) if not (ROOT / path).exists()] == []
 
 
 def test_ddl_from_the_installed_command_makes_the_tables(installed: Installed, database_url: str) -> None:
