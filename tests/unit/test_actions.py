@@ -56,6 +56,8 @@ def test_a_declaration_is_checked_when_it_is_made() -> None:
             actions.action(f"bad-{index}", **options)(noop)
     with pytest.raises(ValueError, match="action id must not be empty"):
         actions.action("")(noop)
+    with pytest.raises(TypeError, match=r"must be an async function \(async def\)"):
+        actions.action("sync")(lambda job: None)
     assert list(actions) == ["a"]  # nothing refused was kept
     assert actions["a"].priority == -100
     assert dict(actions.limits) == {"a": ActionLimit(concurrency=2)}

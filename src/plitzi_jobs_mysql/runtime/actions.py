@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import math
 import random
 import uuid
@@ -50,8 +51,9 @@ class DeclaredAction:
 
     def __post_init__(self) -> None:
         check.text("action id", self.id, check.ID_MAX_CHARS)
-        if not callable(self.function):
-            raise TypeError(f"action {self.id!r}: what is declared must be an async function")
+        function = self.function
+        if not (inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)):
+            raise TypeError(f"action {self.id!r}: what is declared must be an async function (async def)")
         check.integer("max_attempts", self.max_attempts, 1, check.MAX_INT32)
         check.duration_ms("backoff_base_ms", self.backoff_base_ms, allow_zero=True)
         check.duration_ms("backoff_max_ms", self.backoff_max_ms, allow_zero=True)
