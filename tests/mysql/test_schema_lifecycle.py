@@ -291,6 +291,8 @@ def test_migrate_says_which_finished_jobs_retention_will_remove(database_url: st
         ts.enqueue(t - 120 * day, "pending-old", due_at=t + 3_600_000)  # not finished: never purged
     finally:
         ts.close()
+    dry = ok(cli("migrate", "--url", database_url, "--dry-run"))
+    assert "note: 2 finished job(s) it would bring over finished more than 90 days ago" in dry.stdout, dry.stdout
     result = ok(cli("migrate", "--url", database_url))
     (notice,) = [line for line in result.stderr.splitlines() if "note:" in line]
     oldest = datetime.fromtimestamp((t - 120 * day) // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")

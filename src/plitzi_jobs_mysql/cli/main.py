@@ -91,14 +91,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             refusal = plan.refusal()
             if refusal is not None:
                 raise CliError(str(refusal))
+            if _converts_jobs(plan.tables, prefix):  # the original's columns say the same: status, updated_at (ms)
+                count, oldest = finished_past_retention(conn, prefix)
+                if count:
+                    print(_retention_notice(count, oldest, dry_run=True).removeprefix(f"{PROG}: "))
             print(f"dry run: nothing changed (`{PROG} ddl --upgrades` prints the statements)")
             return 0
         plan, after = run_migration(
             conn, prefix, waiting=lambda: print(f"{PROG}: waiting for another migrate of these tables", file=sys.stderr)
         )
-        jobs_table = table_names(prefix).jobs
-        converted = any(p.table.found == ORIGINAL and p.table.name == jobs_table for p in plan.tables)
-        past = finished_past_retention(conn, prefix) if converted else (0, None)
+        past = finished_past_retention(conn, prefix) if _converts_jobs(plan.tables, prefix) else (0, None)
     except SchemaMismatchError as error:
         raise CliError(str(error)) from None
     except pymysql.err.MySQLError as error:
@@ -115,11 +117,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _retention_notice(count: int, oldest: int | None) -> str:
+def _converts_jobs(tables: Sequence[PlannedTable], prefix: str) -> bool:
+    """Whether the plan converts the TypeScript original's jobs table (bringing its finished jobs over)."""
+    jobs = table_names(prefix).jobs
+    return any(p.table.found == ORIGINAL and p.table.name == jobs for p in tables)
+
+
+def _retention_notice(count: int, oldest: int | None, *, dry_run: bool = False) -> str:
     """What the first claim will do to the finished jobs the conversion brought over, and how to keep them."""
     since = f" (the oldest finished {when(oldest)})" if oldest is not None else ""
+    brought = "it would bring" if dry_run else "brought"
     return (
-        f"{PROG}: note: {count} finished job(s) brought over finished more than {DEFAULT_RETENTION_DAYS} days ago"
+        f"{PROG}: note: {count} finished job(s) {brought} over finished more than {DEFAULT_RETENTION_DAYS} days ago"
         f"{since}; a queue keeps finished jobs `retention_days` (default {DEFAULT_RETENTION_DAYS}), so the first "
         "claim, enqueue or settle starts removing them, a batch at a time. To keep them, create the queue with a "
         "larger retention_days (create_mysql_job_queue(pool, retention_days=3650)), or copy them elsewhere first "
