@@ -225,3 +225,27 @@ async def test_an_enqueue_wakes_the_workers_only_once_its_job_can_be_seen(databa
         assert conn.get_autocommit()  # the pool's connections: autocommit, and no transaction open now
         await queue.enqueue(job("committed-at-once"), connection=conn)
         assert woken == ["woken", "woken"]
+
+
+async def test_a_declared_actions_enqueue_writes_in_the_callers_transaction(
+    database_url: str, database_pool: Any
+) -> None:
+    from plitzi_jobs_mysql import Actions
+
+    actions = Actions()
+
+    @actions.action("send-receipt")
+    async def send_receipt(job: Job) -> None:
+        return None
+
+    queue = create_mysql_job_queue(database_pool)
+    await queue.enqueue(job("first-use"))
+    async with database_pool.acquire() as conn:
+        await conn.begin()
+        await actions.enqueue(queue, "send-receipt", {}, space_id=1, id="receipt-1", connection=conn)
+        await conn.rollback()
+        await conn.begin()
+        await actions.enqueue(queue, "send-receipt", {}, space_id=1, id="receipt-2", connection=conn)
+        assert sorted(job_ids(database_url)) == ["first-use"]
+        await conn.commit()
+    assert sorted(job_ids(database_url)) == ["first-use", "receipt-2"]
