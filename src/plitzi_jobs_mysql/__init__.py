@@ -13,6 +13,7 @@ from .contract.wakeups import LocalWakeups, WakeupChannel
 from .errors import (
     ConnectionCharsetError,
     KvRowLockedError,
+    LeaseLostError,
     PayloadTooLargeError,
     PlitziJobsError,
     SchemaMismatchError,
@@ -71,6 +72,7 @@ __all__ = [
     "JobWorker",
     "KvRowLockedError",
     "KvStore",
+    "LeaseLostError",
     "LocalWakeups",
     "MissedFires",
     "MysqlJobQueue",

@@ -263,6 +263,36 @@ def test_jobs_cancel(migrated: str) -> None:
     assert "no job 'nope'" in fails(cli("jobs", "cancel", *url, "nope"))
 
 
+def test_jobs_cancel_all_and_retry_all_count_first_and_run_only_with_yes(migrated: str) -> None:
+    seed(migrated)
+    url = ["--url", migrated, "--space", "1"]
+    line = fails(cli("jobs", "cancel-all", *url))  # no --yes: counts, refuses, changes nothing
+    assert "cancel 2 pending job(s) and ask 1 running job(s) to stop in space 1" in line and "--yes" in line
+    dry = ok(cli("jobs", "cancel-all", *url, "--dry-run"))
+    assert "would cancel 2 pending" in dry.stdout and "nothing changed" in dry.stdout
+    assert as_json(cli("jobs", "cancel-all", *url, "--dry-run", "--json")) == {
+        "space": 1, "action": None, "pending": 2, "running": 1, "changed": None, "dry_run": True, "done": False,
+    }  # fmt: skip
+    assert as_json(cli("jobs", "show", *url, "pending-due", "--json"))["status"] == "pending"
+    assert "3 job(s) changed in space 1" in ok(cli("jobs", "cancel-all", *url, "--yes")).stdout
+    statuses = {j["id"]: (j["status"], j["cancel_requested"]) for j in as_json(cli("jobs", "list", "--url", migrated,
+                                                                                  "--json"))["jobs"]}  # fmt: skip
+    assert statuses == {
+        "pending-due": ("cancelled", False), "pending-later": ("cancelled", False), "running": ("running", True),
+        "done": ("succeeded", False), "done-2": ("succeeded", False), "other": ("pending", False),
+    }  # fmt: skip
+    retried = as_json(cli("jobs", "retry-all", *url, "--status", "cancelled", "--yes", "--json"))
+    assert (retried["cancelled"], retried["changed"]) == (2, 2)
+    assert "would requeue 2 succeeded job(s)" in ok(cli("jobs", "retry-all", *url, "--status", "succeeded",
+                                                        "--dry-run")).stdout  # fmt: skip
+    assert (
+        "1 job(s) changed in space 1, action 'act-done'"
+        in ok(cli("jobs", "retry-all", *url, "--action", "act-done", "--status", "succeeded", "--yes")).stdout
+    )
+    assert "would requeue 0 dead job(s)" in fails(cli("jobs", "retry-all", *url))
+    assert "invalid choice" in cli("jobs", "retry-all", *url, "--status", "pending").stderr
+
+
 # -- schedules and stats -------------------------------------------------------------------------------------
 
 

@@ -139,3 +139,36 @@ async def test_the_dashboard_mounts_in_a_starlette_app(database_url: str, monkey
             assert (await client.get("/ops/jobs/static/dashboard.css")).status_code == 200
             refused = await client.get("/ops/jobs/jobs?space=2", headers={"authorization": f"Bearer {token}"})
             assert refused.status_code == 400  # spaces=[1]
+
+
+async def test_the_outbox_example_commits_the_order_and_its_job_together(database_url: str) -> None:
+    import pymysql
+
+    from plitzi_jobs_mysql import create_job_worker, create_mysql_job_queue
+    from tests.conftest import pooled, sql
+    from tests.support import wait_for_job
+
+    (block,) = [b for b in python_blocks() if "complete_in" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    sql(database_url, "CREATE TABLE orders (id INT PRIMARY KEY, email VARCHAR(191), confirmed BOOL NOT NULL)")
+    async with pooled(database_url, charset="utf8mb4") as pool:
+        queue = create_mysql_job_queue(pool)
+        await namespace["place_order"](pool, queue, 7, "ada@example.com")
+        try:  # the same order again: the INSERT fails, the transaction rolls back, and no second job exists
+            await namespace["place_order"](pool, queue, 7, "ada@example.com")
+        except pymysql.err.IntegrityError:
+            pass
+        else:
+            raise AssertionError("a second order 7 was accepted")
+        worker = create_job_worker(queue=queue, handler=namespace["confirm_order"](pool, queue), poll_ms=60_000)
+        worker.start()
+        try:
+            await worker.poll()
+            found = await wait_for_job(queue, "confirm:7", "succeeded")
+            await worker.idle()
+        finally:
+            await worker.stop()
+    assert found.run_id == "confirmed" and [a.status for a in found.history] == ["succeeded"]
+    assert sql(database_url, "SELECT id, confirmed FROM orders") == [(7, 1)]
+    assert [row[0] for row in sql(database_url, "SELECT id FROM action_jobs")] in (["confirm:7"], [b"confirm:7"])

@@ -5,6 +5,9 @@
     plitzi-jobs-mysql jobs list [--space N] [...]            newest first; --action, --status, --limit, --offset
     plitzi-jobs-mysql jobs show|cancel [--space N] ID         the job wherever it is, or only in those spaces
     plitzi-jobs-mysql jobs retry [--space N] [--force] ID    --force to run a succeeded job again
+    plitzi-jobs-mysql jobs cancel-all|retry-all --space N [--action A] [--status dead] [--dry-run] [--yes]
+                                                             every job of a space (or action): counts, and
+                                                             refuses without --yes
     plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
     plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
                                                              due job's age, lapsed leases
@@ -51,6 +54,7 @@ from ..mysql.schema.state import (
     table_names,
 )
 from ..records import JobStatus
+from .bulk import add_parsers as add_bulk_parsers
 from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
 from .dashboard import add_parser as add_dashboard_parser
 from .jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
@@ -281,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parser("cancel", parents=[one_job], help="cancel a pending or running job").set_defaults(
         func=cmd_jobs_cancel
     )
+    add_bulk_parsers(jobs, common, _space_id)
 
     schedules = commands.add_parser("schedules", help="the spaces' cron schedules").add_subparsers(
         dest="schedules_command", required=True, metavar="ACTION"
