@@ -14,9 +14,11 @@ from ..contract.events import Emitter
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
 from ..records import AttemptOutcome, JobInput, SucceededJob
+from .bulk_calls import BulkCalls
+from .caller_calls import CallerCalls
 from .claim import ClaimCalls
 from .operator_calls import OperatorCalls
-from .packet import room_for_payload
+from .packet import BATCH_BYTES, batches, room_for_payload
 from .queue_core import log
 from .schedule_calls import ScheduleCalls
 from .session import Connection, as_text, is_conflict, is_duplicate
@@ -24,31 +26,8 @@ from .session import Connection, as_text, is_conflict, is_duplicate
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
 
-# A batch is split so no statement nears the server's max_allowed_packet (learned on first use).
-BATCH_ROWS = 1000
-BATCH_BYTES = 4 * 1024 * 1024
-ROW_ROOM = 2048  # a row's fields other than its input, as sent
 
-
-def _batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tuple[JobInput, str]]]:
-    """Rows (job, encoded input, its size as sent) in statements of at most `budget` bytes of input each; a row
-    larger than the budget (it fits a statement alone, `check_fits` said so) goes alone."""
-    batches: list[list[tuple[JobInput, str]]] = []
-    current: list[tuple[JobInput, str]] = []
-    size = 0
-    for job, encoded, sent in rows:
-        weight = sent + ROW_ROOM
-        if current and (len(current) >= BATCH_ROWS or size + weight > budget):
-            batches.append(current)
-            current, size = [], 0
-        current.append((job, encoded))
-        size += weight
-    if current:
-        batches.append(current)
-    return batches
-
-
-class MysqlJobQueue(ClaimCalls, ScheduleCalls, OperatorCalls):
+class MysqlJobQueue(ClaimCalls, CallerCalls, BulkCalls, ScheduleCalls, OperatorCalls):
     """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
 
     # -- enqueue --------------------------------------------------------------------------------------------
@@ -71,7 +50,9 @@ class MysqlJobQueue(ClaimCalls, ScheduleCalls, OperatorCalls):
             now,
         ]
 
-    async def enqueue(self, job: JobInput) -> bool:
+    async def enqueue(self, job: JobInput, *, connection: Any = None) -> bool:
+        if connection is not None:  # inside the caller's transaction (caller_calls.py)
+            return (await self.enqueue_many([job], connection=connection))[0]
         # The hot path of a producer: every check still runs before anything is written, but the steps that
         # usually have nothing to do (first use, the clock's reading, the purge) are not awaited then.
         encoded = check.job_input(job)
@@ -100,8 +81,9 @@ class MysqlJobQueue(ClaimCalls, ScheduleCalls, OperatorCalls):
             self.wakeups.notify(self.wakeup_topic)
         return created
 
-    async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
+    async def enqueue_many(self, jobs: Sequence[JobInput], *, connection: Any = None) -> list[bool]:
         encoded = check.job_inputs(jobs)  # every job checked before any is written
+        caller = None if connection is None else await self._caller(connection)
         await self._store.ready()
         sizes = [self._store.check_fits(f"input of {j.id!r}", text) for j, text in zip(jobs, encoded, strict=True)]
         answers = [False] * len(jobs)
@@ -112,17 +94,28 @@ class MysqlJobQueue(ClaimCalls, ScheduleCalls, OperatorCalls):
         if not unique:
             return answers
         now = await self._now_ms()
-        await self._purge_if_due(now)
+        if caller is None:  # never on the caller's path: it would wait for a pooled connection
+            await self._purge_if_due(now)
         budget = min(BATCH_BYTES, room_for_payload(self._store.max_packet))
-        for batch in _batches(unique, budget):
-            created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
+        for batch in batches(unique, budget):
+            if caller is None:
+                created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
+            else:  # once: a conflict there is the caller's transaction's to retry
+                existing = self._batch_sql.existing_job_ids_locked
+                created = await caller.run(
+                    functools.partial(self._insert_batch, batch=batch, now=now, existing=existing)
+                )
             for job_id in created:
                 answers[first[job_id]] = True
-        if any(answer and job.due_at <= now for answer, job in zip(answers, jobs, strict=True)):
+        # A job in a transaction still open is seen by no worker: the caller announces it after commit.
+        seen = caller is None or caller.committed
+        if seen and any(answer and job.due_at <= now for answer, job in zip(answers, jobs, strict=True)):
             self.wakeups.notify(self.wakeup_topic)
         return answers
 
-    async def _insert_batch(self, conn: Connection, *, batch: list[tuple[JobInput, str]], now: int) -> set[str]:
+    async def _insert_batch(
+        self, conn: Connection, *, batch: list[tuple[JobInput, str]], now: int, existing: str | None = None
+    ) -> set[str]:
         """One multi-row INSERT; if some ids exist it fails whole, so the existing ones are left out and it
         runs again. Every id it answers was created by this call and no other."""
         remaining = batch
@@ -137,9 +130,9 @@ class MysqlJobQueue(ClaimCalls, ScheduleCalls, OperatorCalls):
             except pymysql.err.IntegrityError as error:
                 if not is_duplicate(error):
                     raise
-            rows = await conn.fetch(self._sql.existing_job_ids, ([job.id for job, _ in remaining],))
-            existing = {as_text(row[0]) for row in rows}
-            remaining = [(job, encoded) for job, encoded in remaining if job.id not in existing]
+            rows = await conn.fetch(existing or self._sql.existing_job_ids, ([job.id for job, _ in remaining],))
+            found = {as_text(row[0]) for row in rows}
+            remaining = [(job, encoded) for job, encoded in remaining if job.id not in found]
         return set()
 
     # -- heartbeat, settle (the claim is claim.py's) --------------------------------------------------------

@@ -22,6 +22,7 @@ import pytest
 
 from ..contract.protocols import JobQueue
 from .activity_contract import ActivityContract
+from .bulk_contract import BulkContract
 from .capability_contract import CapabilityContract
 from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
@@ -43,6 +44,7 @@ class JobQueueContract(
     OperatorContract,
     ActivityContract,
     CapabilityContract,
+    BulkContract,
 ):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 
