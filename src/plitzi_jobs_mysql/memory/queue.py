@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import json
 import logging
@@ -32,6 +31,8 @@ from ..records import (
     ScheduleInput,
     SucceededJob,
 )
+from .claim_order import ClaimOrder
+from .claim_order import Row as _Row
 from .operator_calls import MemoryOperatorCalls, no_connection
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
@@ -39,21 +40,6 @@ from .wall_clock import wall_clock_ms
 log = logging.getLogger(__name__)
 #: The store's own events: a job that dies inside a claim is seen by no worker, so the store logs it.
 _emit = Emitter(None, log)
-
-
-@dataclass
-class _Row:
-    """A job as the memory queue holds it: the record, plus what only the store needs to know."""
-
-    job: Job
-    seq: int  # enqueue order, finer than a millisecond
-    input_json: str  # kept encoded, so a caller mutating its dict afterwards changes nothing here
-    version: int = 0  # moves on every change: a heap entry carrying an older one is stale
-
-
-# A heap entry: (run_at or lease_until, seq, version, row). seq is unique per row and versions differ per entry,
-# so the row itself is never compared.
-_Entry_ = tuple[int, int, int, _Row]
 
 
 @dataclass
@@ -66,11 +52,8 @@ class MemoryJobQueue(MemoryOperatorCalls):
     _schedules: MemorySchedules = field(default_factory=MemorySchedules)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
-    # Claims read two heaps rather than sorting every job: pending jobs (and lapsed leases moved over) by
-    # (run_at, seq), running jobs by lease_until. An entry is stale once its row changed again or left the queue;
-    # stale entries are skipped when they come up, and the heaps are rebuilt if they outgrow the jobs.
-    _ready: list[_Entry_] = field(default_factory=list)
-    _leases: list[_Entry_] = field(default_factory=list)
+    # Claims read heaps rather than sorting every job (claim_order.py).
+    _order: ClaimOrder = field(default_factory=ClaimOrder)
     #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
     wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
     wakeup_topic: str = ""
@@ -96,24 +79,12 @@ class MemoryJobQueue(MemoryOperatorCalls):
 
     def _index(self, row: _Row) -> None:
         row.version += 1
-        job = row.job
-        if job.status == "pending":
-            heapq.heappush(self._ready, (job.run_at, row.seq, row.version, row))
-        elif job.status == "running":
-            heapq.heappush(self._leases, (job.lease_until or 0, row.seq, row.version, row))
-        if len(self._ready) + len(self._leases) > 2 * len(self._jobs) + 1024:
-            self._rebuild()
+        self._order.push(row)
+        if self._order.size() > 2 * len(self._jobs) + 1024:
+            self._order.rebuild(self._jobs.values())
 
     def _current(self, row: _Row, version: int) -> bool:
         return row.version == version and self._jobs.get(row.job.id) is row
-
-    def _rebuild(self) -> None:
-        self._ready = [(r.job.run_at, r.seq, r.version, r) for r in self._jobs.values() if r.job.status == "pending"]
-        self._leases = [
-            (r.job.lease_until or 0, r.seq, r.version, r) for r in self._jobs.values() if r.job.status == "running"
-        ]
-        heapq.heapify(self._ready)
-        heapq.heapify(self._leases)
 
     def _evict(self) -> None:
         """Oldest finished jobs first, so the bound drops history rather than anything anybody waits on."""
@@ -143,6 +114,7 @@ class MemoryJobQueue(MemoryOperatorCalls):
             max_attempts=job.max_attempts,
             missed=job.missed,
             key=job.key,
+            priority=job.priority,
             status="pending",
             run_at=job.due_at,
             attempts=0,
@@ -178,24 +150,15 @@ class MemoryJobQueue(MemoryOperatorCalls):
     async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
         at = self._now()
-        # Lapsed leases join the pending jobs, to be taken in the same oldest-run_at-first order.
-        while self._leases and self._leases[0][0] < at:
-            _lease, seq, version, row = heapq.heappop(self._leases)
-            if self._current(row, version):
-                heapq.heappush(self._ready, (row.job.run_at, seq, version, row))
+        # Lapsed leases join the due pending jobs, taken by priority, then oldest run_at.
+        self._order.ripen(at, self._current)
         taken: list[Job] = []
-        while self._ready and len(taken) < limit:
-            run_at, _seq, version, row = self._ready[0]
-            if self._current(row, version) and run_at > at:
-                break  # the oldest waiting job is not due yet
-            heapq.heappop(self._ready)
-            if not self._current(row, version):
-                continue
+        while len(taken) < limit:
+            found = self._order.pop_due(at, self._current)
+            if found is None:
+                break
+            row, _version = found
             job = row.job
-            if job.status == "running" and (job.lease_until or 0) >= at:
-                # Found lapsed by an earlier claim, but the clock has stepped back since: under its lease again.
-                heapq.heappush(self._leases, (job.lease_until or 0, row.seq, version, row))
-                continue
             if job.status == "running":
                 lost = Attempt(
                     attempt=len(job.history) + 1,
