@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from .mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
 from .mysql.schema.tables import side_names
+from .mysql.schema.totals import totals_name
 
 __all__ = [
     "ALEMBIC_SCRIPT_LOCATION",
@@ -70,9 +71,9 @@ def upgrade_job_tables(op: SupportsExecute, prefix: str = "") -> None:
 
 
 def drop_job_statements(prefix: str = "") -> list[str]:
-    """``DROP TABLE IF EXISTS`` for the three tables."""
+    """``DROP TABLE IF EXISTS`` for the three tables and the job totals (their triggers go with the jobs table)."""
     t = table_names(prefix)
-    return [f"DROP TABLE IF EXISTS `{name}`" for name in (t.jobs, t.schedules, t.kv)]
+    return [f"DROP TABLE IF EXISTS `{name}`" for name in (t.jobs, t.schedules, t.kv, totals_name(prefix))]
 
 
 def drop_job_tables(op: SupportsExecute, prefix: str = "") -> None:
@@ -95,13 +96,14 @@ def include_object_for(*prefixes: str) -> IncludeObject:
     """An ``include_object`` for Alembic's ``context.configure`` that hides this package's tables (for each
     prefix; none means the empty prefix) from autogenerate, so it never proposes dropping or altering them.
 
-    Hidden: the three tables, the copies `migrate` keeps of the TypeScript original's (``*_old``) or builds
-    (``*_new``), and this package's own Alembic version table.
+    Hidden: the three tables and the job totals, the copies `migrate` keeps of the TypeScript original's
+    (``*_old``) or builds (``*_new``), and this package's own Alembic version table.
     """
     hidden: set[str] = set()
     for prefix in prefixes or ("",):
         for names in (table_names(prefix), side_names(prefix, "old"), side_names(prefix, "new")):
             hidden.update(names.all())
+        hidden.add(totals_name(prefix))
         hidden.add(f"{prefix}plitzi_jobs_alembic_version")
 
     def include(object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:

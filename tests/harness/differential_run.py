@@ -87,7 +87,8 @@ class Stacks:
 
     async def _empty_tables(self) -> None:
         async with self.queue_pool.acquire() as conn, conn.cursor() as cur:
-            for table in ("action_jobs", "action_schedules", "action_kv"):
+            # TRUNCATE fires no trigger: the job totals are emptied with their jobs.
+            for table in ("action_jobs", "action_schedules", "action_kv", "action_totals"):
                 await cur.execute(
                     "SELECT COUNT(*) FROM information_schema.tables "
                     "WHERE table_schema = DATABASE() AND table_name = %s",

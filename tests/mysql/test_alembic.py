@@ -24,7 +24,7 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 from ..conftest import mariadb_client
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("action_jobs", "action_schedules", "action_kv")
+TABLES = ("action_jobs", "action_schedules", "action_kv", "action_totals")
 
 
 def alembic(url: str | None, *args: str, prefix: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -73,7 +73,7 @@ def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
     """
     database = parse_mysql_url(url).database
     names = [prefix + t for t in TABLES]
-    where = "TABLE_SCHEMA = %s AND TABLE_NAME IN (%s, %s, %s)"
+    where = f"TABLE_SCHEMA = %s AND TABLE_NAME IN ({', '.join(['%s'] * len(names))})"
     args = [database, *names]
     columns = query(
         url,
@@ -100,7 +100,7 @@ def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
         return [(str(row[0])[len(prefix) :], *row[1:]) for row in rows]
 
     snapshot = {"columns": strip(columns), "indexes": strip(indexes), "tables": strip(tables)}
-    assert len(snapshot["tables"]) == 3, f"expected the three tables, found {snapshot['tables']}"
+    assert len(snapshot["tables"]) == len(TABLES), f"expected the job tables, found {snapshot['tables']}"
     return snapshot
 
 
@@ -167,7 +167,7 @@ async def test_upgrade_downgrade_upgrade_makes_the_adapters_tables(
 
     ok(alembic(database_url, "upgrade", "head", prefix=prefix))
     assert table_list(database_url) == {prefix + t for t in TABLES} | {version_table, "alembic_version"}
-    assert query(database_url, f"SELECT version_num FROM `{version_table}`") == [("0001",)]
+    assert query(database_url, f"SELECT version_num FROM `{version_table}`") == [("0002",)]
     first = schema_snapshot(database_url, prefix)
 
     ok(alembic(database_url, "downgrade", "base", prefix=prefix))
@@ -179,7 +179,7 @@ async def test_upgrade_downgrade_upgrade_makes_the_adapters_tables(
     assert again == first
     assert query(database_url, "SELECT version_num FROM alembic_version") == [("users_own",)]
     current = ok(alembic(database_url, "current", prefix=prefix))
-    assert "0001 (head)" in current.stdout
+    assert "0002 (head)" in current.stdout
 
     assert first == await adapter_tables_snapshot(mysql_url, prefix)
     assert first == schema_sql_snapshot(mysql_url)

@@ -19,7 +19,7 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 from ..conftest import mariadb_client, sql
 from ..support import job
 
-TABLES = ("action_jobs", "action_schedules", "action_kv")
+TABLES = ("action_jobs", "action_schedules", "action_kv", "action_totals")
 
 
 def cli(*args: str, env_url: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -123,7 +123,7 @@ def migrated(database_url: str) -> str:
 @pytest.mark.parametrize("prefix", ["", "app_"])
 def test_ddl_piped_into_mariadb_makes_the_tables(database_url: str, prefix: str) -> None:
     ddl = ok(cli("ddl", "--prefix", prefix))
-    assert ddl.stdout.count("CREATE TABLE IF NOT EXISTS") == 3
+    assert ddl.stdout.count("CREATE TABLE IF NOT EXISTS") == 4  # and the job totals
     assert ddl.stdout.rstrip().endswith(";")
     for statement in mysql_job_schema_statements(prefix):
         assert statement + ";" in ddl.stdout

@@ -38,6 +38,9 @@ from plitzi_jobs_mysql.migrations import (
 )
 from plitzi_jobs_mysql.mysql.schema.migrate import run_migration
 from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
+from plitzi_jobs_mysql.mysql.schema.tables import SCHEMA_VERSION, marker
+from plitzi_jobs_mysql.mysql.schema.totals import TOTALS_COMMENT, totals_backfill, totals_name
+from plitzi_jobs_mysql.mysql.schema.upgrades import STEPS
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_database
 from plitzi_jobs_mysql.testing.support import Advance
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -190,7 +193,8 @@ async def test_every_table_carries_its_version_record(database_url: str) -> None
         await pool.wait_closed()
     comments = sql(database_url, "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
                                  "WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME")  # fmt: skip
-    assert comments == [(t, "plitzi_jobs_mysql schema 1") for t in sorted(TABLES)]
+    expected = [(t, marker(SCHEMA_VERSION)) for t in TABLES] + [(totals_name(), TOTALS_COMMENT)]
+    assert comments == sorted(expected)
 
 
 async def test_first_use_refuses_the_originals_tables_before_any_write(database_url: str) -> None:
@@ -217,7 +221,7 @@ async def test_first_use_refuses_the_originals_tables_before_any_write(database_
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ("ALTER TABLE action_schedules COMMENT = 'plitzi_jobs_mysql schema 2'", "made by a newer release"),
+        (f"ALTER TABLE action_schedules COMMENT = '{marker(SCHEMA_VERSION + 1)}'", "made by a newer release"),
         ("ALTER TABLE action_jobs COMMENT = 'plitzi_jobs_mysql schema 0'", "older than this release"),
         ("ALTER TABLE action_jobs DROP COLUMN claimed_at", "without column(s) claimed_at"),
         ("DROP TABLE action_kv", "not a table this package made"),
@@ -263,7 +267,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(database_url: str) -> None:
     before = sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv")
     result = ok(cli("migrate", "--url", database_url, "--dry-run"))
     assert "`action_jobs`: the TypeScript original's table" in result.stdout
-    assert "its 13 row(s) will be copied into a new schema-1 table" in result.stdout
+    assert f"its 13 row(s) will be copied into a new schema-{SCHEMA_VERSION} table" in result.stdout
     assert "kept as `action_kv_old`" in result.stdout and "dry run: nothing changed" in result.stdout
     assert sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv") == before
     assert len(sql(database_url, "SHOW TABLES")) == 3
@@ -394,8 +398,12 @@ def test_a_run_that_died_half_way_resumes(mysql_url: str, fresh_snapshot: dict[s
     # Per table: its stamp (a no-op on the original's tables), then drop, create, fingerprint, copy (finished jobs,
     # then the others), fingerprint, swap. Cut with the jobs copy created empty, half and fully filled; with jobs
     # swapped in and the others not; with two swapped; with the last one copied but not swapped.
-    assert len(executes) == 22
-    cuts = [executes[2], executes[4], executes[5], executes[7], executes[14], executes[19]]
+    assert sum(s == "EXECUTE pjm_step" for s in STEPS[0].statements("")) == 22
+    # Then the totals' step: cut with the totals backfilled but no table at its version yet, and with the jobs
+    # table at it but not the others.
+    totals_at = statements.index(totals_backfill(), executes[21])
+    cuts = [executes[2], executes[4], executes[5], executes[7], executes[14], executes[19], totals_at + 1]
+    cuts.append(next(e for e in executes if e > totals_at) + 1)
     for cut in cuts:
         with fresh_database(mysql_url, "pjm_cut") as url:
             populate(url)
@@ -469,7 +477,11 @@ def test_alembic_runs_from_the_installed_package(database_url: str, tmp_path: Pa
     done = subprocess.run([*command, "upgrade", "head"], capture_output=True, text=True, cwd=tmp_path, env=env,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {*TABLES, "plitzi_jobs_alembic_version"}
+    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {
+        *TABLES,
+        totals_name(),
+        "plitzi_jobs_alembic_version",
+    }
 
 
 def test_autogenerate_with_include_object_leaves_the_job_tables_alone(database_url: str) -> None:

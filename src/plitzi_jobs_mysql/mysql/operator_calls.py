@@ -9,6 +9,7 @@ from ..contract import validation as check
 from ..records import FinishedCount, Job, JobPage, QueueStats
 from .queue_core import QueueCore
 from .rows import job_from_row
+from .schema import totals
 from .session import Connection, as_text
 
 
@@ -38,9 +39,13 @@ class OperatorCalls(QueueCore):
             args.append(status)
         condition = " AND ".join(where)
 
+        # The page through an index, newest first; the total from the kept totals (schema/totals.py), exact and
+        # without counting the matching rows.
+        total_sql = totals.total_read(self._store.prefix, condition)
+
         async def page(conn: Connection) -> JobPage:
             rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
-            total = await conn.fetch(self._sql.count_jobs.format(where=condition), args)
+            total = await conn.fetch(total_sql, args)
             return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]))
 
         return await self._store.run(page)
@@ -51,16 +56,26 @@ class OperatorCalls(QueueCore):
         if spaces == []:
             return QueueStats.from_groups(now, [])
         where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
-        statement = self._sql.job_stats.format(where=where)
-        rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
-        return QueueStats.from_groups(
-            now,
-            (
-                (int(space), as_text(action), as_text(status), int(count), int(due or 0),
-                 None if oldest is None else int(oldest), int(lapsed or 0))
-                for space, action, status, count, due, oldest, lapsed in rows
-            ),
-        )  # fmt: skip
+        # Counts from the kept totals; due jobs and lapsed leases from the waiting and running rows only, through
+        # `job_due`: neither read grows with the finished history.
+        counts_sql = totals.totals_read(self._store.prefix, where)
+        waiting_sql = self._sql.job_stats.format(where=where)
+        args = {"now": now, "spaces": spaces}
+
+        async def read(conn: Connection) -> tuple[Any, Any]:
+            return await conn.fetch(counts_sql, args), await conn.fetch(waiting_sql, args)
+
+        counted, waiting = await self._store.run(read)
+        groups: list[tuple[int, str, str, int, int, int | None, int]] = [
+            (int(space), as_text(action), as_text(status), int(count), 0, None, 0)
+            for space, action, status, count in counted
+        ]
+        groups += [
+            (int(space), as_text(action), "pending", 0, int(due or 0), None if oldest is None else int(oldest),
+             int(lapsed or 0))
+            for space, action, due, oldest, lapsed in waiting
+        ]  # fmt: skip
+        return QueueStats.from_groups(now, groups)
 
     async def finished_counts(
         self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000

@@ -28,9 +28,18 @@ from pymysql.constants import CR, ER
 from ..errors import ConnectionCharsetError, PayloadTooLargeError, StoreUnavailableError
 from . import packet
 from .flavour import CAUSAL_WAIT, GROUP_CONSISTENCY, Flavour, flavour_of
+from .schema import totals
 from .schema.state import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
 from .schema.tables import table_names
-from .statements import CLUSTER_PROBE, CURRENT_DATABASE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
+from .schema.totals import totals_name, trigger_names
+from .statements import (
+    CLUSTER_PROBE,
+    CURRENT_DATABASE,
+    SCHEMA_COLUMNS,
+    SCHEMA_TABLES,
+    Statements,
+    statements_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -346,10 +355,28 @@ class MysqlStore:
 
     async def _create_missing_tables(self, conn: Connection, state: SchemaState) -> None:
         """Only what is missing: no DDL (and no metadata lock) at all once the tables exist."""
-        for table, statement in zip(state.tables, mysql_job_schema_statements(self.prefix), strict=True):
+        for table, statement in zip(state.tables, mysql_job_schema_statements(self.prefix)[: len(state.tables)],
+                                    strict=True):  # fmt: skip
             if table.found == ABSENT:
                 log.info("creating table %s", table.name)
                 await conn.write(statement)
+        await self._ensure_totals(conn)
+
+    async def _ensure_totals(self, conn: Connection) -> None:
+        """The job totals' table, triggers and backfill (schema/totals.py) where tables were made without them (a
+        fresh database, or sql/schema.sql alone): one read once they exist. The backfill is exact whenever it runs
+        after the triggers, and runs once (its row's key), so two first uses at once are harmless."""
+        rows = await conn.fetch(totals.TOTALS_READY, (list(trigger_names(self.prefix)), totals_name(self.prefix)))
+        statements = totals.create_statements(self.prefix)
+        if int(rows[0][0]) == len(trigger_names(self.prefix)) and int(rows[0][1]):
+            if int((await conn.fetch(totals.backfilled(self.prefix)))[0][0]):
+                return
+            statements = totals.backfill_statements(self.prefix)  # emptied (TRUNCATE) or cut short
+        log.info("creating the job totals (%s) and their triggers", totals_name(self.prefix))
+        if not conn.autocommit:
+            await conn.raw.commit()  # the reads' transaction: the backfill sets the next one's isolation
+        for statement in statements:
+            await conn.write(statement)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:

@@ -23,7 +23,7 @@ _PREFIX = re.compile(r"[A-Za-z0-9_]*")
 PREFIX_MAX_CHARS = 64 - len("action_schedules")
 
 #: The schema this release runs on. A new step in `upgrades.py` raises it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MARKER_TEXT = "plitzi_jobs_mysql schema "
 _MARKER = re.compile(re.escape(MARKER_TEXT) + r"(\d+)")
 _OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
@@ -142,7 +142,28 @@ def kv_v1(name: str) -> str:
 
 # -- the current schema ---------------------------------------------------------------------------------------
 
-CURRENT_DDL = (jobs_v1, schedules_v1, kv_v1)  # jobs, schedules, kv
+#: The index the totals' step adds: a space's jobs of one status, newest first (list_jobs with a status filter).
+SPACE_STATUS_RECENT = "KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`)"
+
+
+def _current(text: str) -> str:
+    """A version-1 CREATE TABLE carrying the current version record (the totals step changed no columns)."""
+    return text.replace(f"COMMENT='{marker(1)}'", f"COMMENT='{marker(SCHEMA_VERSION)}'")
+
+
+def jobs_current(name: str) -> str:
+    return _current(jobs_v1(name)).replace("  KEY `job_space_key`", f"  {SPACE_STATUS_RECENT},\n  KEY `job_space_key`")
+
+
+def schedules_current(name: str) -> str:
+    return _current(schedules_v1(name))
+
+
+def kv_current(name: str) -> str:
+    return _current(kv_v1(name))
+
+
+CURRENT_DDL = (jobs_current, schedules_current, kv_current)  # jobs, schedules, kv
 
 _COLUMN = re.compile(r"^  `(\w+)` (\w+)", re.MULTILINE)
 

@@ -23,12 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..statements import TERMINAL
+from . import totals
 from .tables import (
     MARKER_TEXT,
+    SPACE_STATUS_RECENT,
     TS_LAYOUTS,
     V1_LAYOUTS,
     Tables,
     check_prefix,
+    jobs_current,
     jobs_v1,
     kv_v1,
     marker,
@@ -184,8 +187,37 @@ def _step_1(prefix: str) -> list[str]:
     return statements
 
 
+def totals_step(version: int) -> Callable[[str], list[str]]:
+    """The job totals (schema/totals.py) as the step that brings the tables from `version - 1` to `version`.
+
+    The table and its triggers first (IF NOT EXISTS: CREATE TRIGGER cannot be PREPAREd on MySQL, so they are not
+    guarded; by now step 1 has made the jobs table this package's own, or the CREATE below makes it). Then the
+    backfill, one consistent read under READ COMMITTED that locks no job (writers go on; exact whenever it runs
+    after the triggers, and once: its row's key). Last the index and the version record, in one online ALTER."""
+
+    def statements(prefix: str) -> list[str]:
+        tables = table_names(prefix)
+        before, after = marker(version - 1), marker(version)
+        steps = [jobs_current(tables.jobs), *totals.create_statements(prefix)]
+        # Tables made by this release and stamped afresh (no record before) have the index already.
+        indexed = (
+            "(SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
+            f"{_text(tables.jobs)} AND INDEX_NAME = 'job_space_status_recent') > 0"
+        )
+        steps += _guarded(
+            f"{_comment(tables.jobs)} = '{before}' AND NOT {indexed}",
+            f"ALTER TABLE `{tables.jobs}` ADD {SPACE_STATUS_RECENT}, COMMENT = '{after}'",
+        )
+        for table in (tables.jobs, tables.schedules, tables.kv):
+            steps += _guarded(f"{_comment(table)} = '{before}'", f"ALTER TABLE `{table}` COMMENT = '{after}'")
+        return steps
+
+    return statements
+
+
 STEPS: tuple[Step, ...] = (
     Step(1, "the TypeScript original's tables (@plitzi/sdk-server 0.37.2) copied into version-1 tables", _step_1),
+    Step(2, "exact job totals per space, action and status, kept by triggers; the status index", totals_step(2)),
 )
 
 
