@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract import validation as check
+from ..contract.cursor import decode_after, next_after
 from ..records import FinishedCount, Job, JobPage, QueueStats
 from .queue_core import QueueCore
-from .rows import job_from_row
+from .rows import job_columns, job_from_row
 from .schema import totals
 from .session import Connection, as_text
 
@@ -24,9 +25,11 @@ class OperatorCalls(QueueCore):
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        after: str | None = None,
     ) -> JobPage:
         """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
         spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
+        cursor = decode_after(after, offset)
         if spaces == []:
             return JobPage(jobs=[], total=0)
         where = ["1 = 1"] if spaces is None else ["space_id IN %s"]
@@ -38,15 +41,22 @@ class OperatorCalls(QueueCore):
             where.append("status = %s")
             args.append(status)
         condition = " AND ".join(where)
+        page_where, page_args = condition, list(args)
+        if cursor is not None:
+            # A range on the index's updated_at (then seq, its primary key suffix): the page starts at the cursor.
+            page_where += " AND updated_at <= %s AND (updated_at < %s OR seq < %s)"
+            page_args += [cursor[0], cursor[0], cursor[1]]
 
         # The page through an index, newest first; the total from the kept totals (schema/totals.py), exact and
         # without counting the matching rows.
         total_sql = totals.total_read(self._store.prefix, condition)
 
         async def page(conn: Connection) -> JobPage:
-            rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
+            rows = await conn.fetch(self._sql.list_jobs.format(where=page_where), [*page_args, limit, offset])
             total = await conn.fetch(total_sql, args)
-            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]))
+            places = [(int(c["updated_at"]), int(c["seq"])) for c in map(job_columns, rows)]
+            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]),
+                           next_after=next_after(places, limit))  # fmt: skip
 
         return await self._store.run(page)
 
