@@ -182,9 +182,13 @@ def test_jobs_list(migrated: str) -> None:
     everywhere = as_json(cli("jobs", "list", *url, "--json"))
     assert everywhere["total"] == 6 and {j["space_id"] for j in everywhere["jobs"]} == {1, 2}
     first = ok(cli("jobs", "list", *url, "--limit", "4")).stdout
-    assert "1-4 of 6 job(s) in all spaces; next page: --offset 4" in first
-    last = ok(cli("jobs", "list", *url, "--limit", "4", "--offset", "4")).stdout
-    assert "5-6 of 6 job(s) in all spaces" in last and "next page" not in last
+    assert "1-4 of 6 job(s) in all spaces; next page: --after k1." in first
+    cursor = first.split("--after ")[1].split()[0]
+    last = ok(cli("jobs", "list", *url, "--limit", "4", "--after", cursor)).stdout
+    assert "6 job(s) in all spaces" in last and "next page" not in last
+    by_offset = ok(cli("jobs", "list", *url, "--limit", "4", "--offset", "4")).stdout
+    assert "5-6 of 6 job(s) in all spaces" in by_offset
+    assert by_offset.split("\n\n")[0] == last.split("\n\n")[0]  # the same rows, by cursor or by offset
     ids = [line.split()[0] for part in (first, last) for line in part.splitlines()[1:] if line.strip()]
     assert sorted(i for i in ids if not i[0].isdigit()) == sorted(j["id"] for j in everywhere["jobs"])
 
@@ -289,6 +293,14 @@ def test_stats(migrated: str) -> None:
     assert actions[(1, "act-running")]["counts"]["running"] == 1
     assert actions[(1, "act-running")]["running_lease_lapsed"] == 0
     assert actions[(2, "act-other")]["oldest_due_age_seconds"] is None
+    verified = ok(cli("stats", "--url", migrated, "--verify")).stdout
+    assert "verified: every kept total matches a recount" in verified
+    sql(migrated, "DELETE FROM action_totals WHERE status = 'pending' LIMIT 1")  # a total that drifted
+    drifted = cli("stats", "--url", migrated, "--verify", "--json")
+    drift = json.loads(drifted.stdout)["drift"]
+    assert drifted.returncode == 1 and len(drift) == 1 and drift[0]["kept"] == drift[0]["counted"] - 1
+    assert "DRIFT" in cli("stats", "--url", migrated, "--verify").stdout
+    sql(migrated, "DELETE FROM action_totals")  # emptied: the next first use backfills them again
     human = ok(cli("stats", "--url", migrated)).stdout
     assert "pending" in human and "s overdue (run at" in human
     assert "per space and action" in human

@@ -285,6 +285,8 @@ class MysqlStore:
                          ", ".join(t.name for t in state.tables if t.found == UNRECORDED))  # fmt: skip
             if self.create_tables:
                 await self._create_missing_tables(conn, state)
+            if all(table.found != ABSENT for table in state.tables) or self.create_tables:
+                await self._ensure_totals(conn, ddl=self.create_tables)
             galera, group = await self._cluster(conn)
             self.flavour = flavour_of(version, galera, group)
             if self.flavour.galera:
@@ -360,9 +362,8 @@ class MysqlStore:
             if table.found == ABSENT:
                 log.info("creating table %s", table.name)
                 await conn.write(statement)
-        await self._ensure_totals(conn)
 
-    async def _ensure_totals(self, conn: Connection) -> None:
+    async def _ensure_totals(self, conn: Connection, *, ddl: bool) -> None:
         """The job totals' table, triggers and backfill (schema/totals.py) where tables were made without them (a
         fresh database, or sql/schema.sql alone): one read once they exist. The backfill is exact whenever it runs
         after the triggers, and runs once (its row's key), so two first uses at once are harmless."""
@@ -371,7 +372,11 @@ class MysqlStore:
         if int(rows[0][0]) == len(trigger_names(self.prefix)) and int(rows[0][1]):
             if int((await conn.fetch(totals.backfilled(self.prefix)))[0][0]):
                 return
-            statements = totals.backfill_statements(self.prefix)  # emptied (TRUNCATE) or cut short
+            statements = totals.backfill_statements(self.prefix)  # emptied (TRUNCATE) or cut short: DML only
+        elif not ddl:
+            log.warning("the job totals' table or triggers are missing and create_tables=False: counts and list "
+                        "totals are wrong until `plitzi-jobs-mysql migrate` runs")  # fmt: skip
+            return
         log.info("creating the job totals (%s) and their triggers", totals_name(self.prefix))
         if not conn.autocommit:
             await conn.raw.commit()  # the reads' transaction: the backfill sets the next one's isolation
