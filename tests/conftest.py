@@ -18,6 +18,7 @@ import aiomysql
 import pymysql
 import pytest
 
+from plitzi_jobs_mysql.mysql.schema.totals import drift_query
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.testing.server import ENV_URL
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -180,6 +181,12 @@ def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tupl
             return list(cur.fetchall())
     finally:
         conn.close()
+
+
+def assert_totals_exact(url: str, prefix: str = "") -> None:
+    """The drift check (mysql/schema/totals.py) from outside: the kept job totals say what a recount says."""
+    drift = sql(url, drift_query(prefix))
+    assert not drift, f"job totals drifted from a recount (space, action, status, kept, counted): {drift}"
 
 
 def numbers(count: int) -> str:

@@ -57,15 +57,6 @@ class TotalsDrift:
 
 
 async def totals_drift(conn: Connection, prefix: str) -> TotalsDrift:
-    """Recounts every job (a full scan: an operator's check, not a hot path) and compares, in one read view, so
-    writers running meanwhile cannot show up as drift."""
-    kept_sql, counted_sql = totals.totals_read(prefix, "1 = 1"), totals.recount(prefix)
-    # One statement, one snapshot: both sides as seen at the same instant.
-    sql = (
-        "SELECT space_id, action_id, status, SUM(kept), SUM(counted) FROM ("
-        f"SELECT space_id, action_id, status, n AS kept, 0 AS counted FROM ({kept_sql}) AS k UNION ALL "
-        f"SELECT space_id, action_id, status, 0, n FROM ({counted_sql}) AS c"
-        ") AS both_sides GROUP BY space_id, action_id, status HAVING SUM(kept) <> SUM(counted)"
-    )
-    rows = await conn.fetch(sql)
+    """Recounts every job (a full scan: an operator's check, not a hot path) and compares (`drift_query`)."""
+    rows = await conn.fetch(totals.drift_query(prefix))
     return TotalsDrift({(int(s), as_text(a), as_text(st)): (int(k), int(c)) for s, a, st, k, c in rows})

@@ -150,3 +150,15 @@ def recount(prefix: str) -> str:
     """What the totals should say, counted from the rows: the drift check's truth."""
     jobs = table_names(prefix).jobs
     return f"SELECT space_id, action_id, status, COUNT(*) AS n FROM `{jobs}` GROUP BY space_id, action_id, status"
+
+
+def drift_query(prefix: str = "") -> str:
+    """(space, action, status, kept, counted) wherever the kept totals and a recount disagree: one statement, so
+    both sides are read in one snapshot and writers running meanwhile cannot show up as drift."""
+    kept, counted = totals_read(prefix, "1 = 1"), recount(prefix)
+    return (
+        "SELECT space_id, action_id, status, SUM(kept), SUM(counted) FROM ("
+        f"SELECT space_id, action_id, status, n AS kept, 0 AS counted FROM ({kept}) AS k UNION ALL "
+        f"SELECT space_id, action_id, status, 0, n FROM ({counted}) AS c"
+        ") AS both_sides GROUP BY space_id, action_id, status HAVING SUM(kept) <> SUM(counted)"
+    )
