@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard soak differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-history bench-dashboard soak differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -43,10 +43,16 @@ deps: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
+	$(PY) bench/history.py --sizes 1000,110000
 
 bench-quick: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py --quick
+
+## Operator reads as history grows (issue 24): 1,000 vs 1,100,000 jobs, old statements vs new, side by side;
+## make bench-history HISTORY_ARGS=--big adds 10,100,000 (a quiet machine only).
+bench-history: setup
+	$(PY) bench/history.py $(HISTORY_ARGS)
 
 ## The dashboard's pages with 1,000,000 finished + 100,000 waiting jobs (issue 22.4): server time per page.
 bench-dashboard: setup
