@@ -7,11 +7,13 @@ from typing import Any
 
 from ..contract import validation as check
 from ..contract.cursor import decode_after, next_after
-from ..records import FinishedCount, Job, JobPage, QueueStats
+from ..records import FinishedCount, Job, JobPage, JobStatus, QueueStats
 from .queue_core import QueueCore
 from .rows import job_columns, job_from_row
 from .schema import totals
 from .session import Connection, as_text
+
+STATUSES = tuple(status.value for status in JobStatus)
 
 
 class OperatorCalls(QueueCore):
@@ -41,8 +43,14 @@ class OperatorCalls(QueueCore):
             where.append("status = %s")
             args.append(status)
         condition = " AND ".join(where)
-        page_where, page_args = condition, list(args)
+        page_where, page_args, index = condition, list(args), ""
         if cursor is not None:
+            if spaces is not None:  # else the optimizer takes the space's rows by `ref` and sorts them all
+                index = (
+                    " FORCE INDEX (job_space_status_recent)"
+                    if status is not None
+                    else " FORCE INDEX (job_space_recent)"
+                )
             # A range on the index's updated_at (then seq, its primary key suffix): the page starts at the cursor.
             page_where += " AND updated_at <= %s AND (updated_at < %s OR seq < %s)"
             page_args += [cursor[0], cursor[0], cursor[1]]
@@ -52,7 +60,9 @@ class OperatorCalls(QueueCore):
         total_sql = totals.total_read(self._store.prefix, condition)
 
         async def page(conn: Connection) -> JobPage:
-            rows = await conn.fetch(self._sql.list_jobs.format(where=page_where), [*page_args, limit, offset])
+            rows = await conn.fetch(
+                self._sql.list_jobs.format(where=page_where, index=index), [*page_args, limit, offset]
+            )
             total = await conn.fetch(total_sql, args)
             places = [(int(c["updated_at"]), int(c["seq"])) for c in map(job_columns, rows)]
             return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]),
@@ -66,25 +76,19 @@ class OperatorCalls(QueueCore):
         if spaces == []:
             return QueueStats.from_groups(now, [])
         where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
-        # Counts from the kept totals; due jobs and lapsed leases from the waiting and running rows only, through
-        # `job_due`: neither read grows with the finished history.
-        counts_sql = totals.totals_read(self._store.prefix, where)
-        waiting_sql = self._sql.job_stats.format(where=where)
-        args = {"now": now, "spaces": spaces}
-
-        async def read(conn: Connection) -> tuple[Any, Any]:
-            return await conn.fetch(counts_sql, args), await conn.fetch(waiting_sql, args)
-
-        counted, waiting = await self._store.run(read)
-        groups: list[tuple[int, str, str, int, int, int | None, int]] = [
-            (int(space), as_text(action), as_text(status), int(count), 0, None, 0)
-            for space, action, status, count in counted
-        ]
-        groups += [
-            (int(space), as_text(action), "pending", 0, int(due or 0), None if oldest is None else int(oldest),
-             int(lapsed or 0))
-            for space, action, due, oldest, lapsed in waiting
-        ]  # fmt: skip
+        # Counts from the kept totals; due jobs, the oldest and lapsed leases from the waiting and running rows
+        # through `job_due` (schema/totals.py, stats_read): nothing here grows with the finished history.
+        statement = totals.stats_read(self._store.prefix, where)
+        rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
+        found: dict[tuple[int, str], dict[str, int | None]] = {}
+        for kind, space, action, value in rows:
+            group = found.setdefault((int(space), as_text(action)), {})
+            group[as_text(kind)] = None if value is None else int(value)
+        groups: list[tuple[int, str, str, int, int, int | None, int]] = []
+        for (space, action), values in found.items():
+            due = max(0, (values.get("pending") or 0) - (values.get("later") or 0))
+            groups += [(space, action, status, values.get(status) or 0, 0, None, 0) for status in STATUSES]
+            groups.append((space, action, "pending", 0, due, values.get("oldest"), values.get("lapsed") or 0))
         return QueueStats.from_groups(now, groups)
 
     async def finished_counts(

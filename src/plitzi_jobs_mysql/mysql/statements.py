@@ -157,7 +157,6 @@ class Statements:
     settle_succeeded: str
     get_job: str
     list_jobs: str
-    job_stats: str
     finished_counts: str
     requeue: str
     cancel_pending_job: str
@@ -320,17 +319,9 @@ def statements_for(prefix: str) -> Statements:
             "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'{claim}"
         ),
         get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
-        list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
+        # `{index}`: a hint where the optimizer would take a space's rows by `ref` and sort them (a cursor's range).
+        list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs}{{index}} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
         "LIMIT %s OFFSET %s",
-        # Per space and action, among the waiting and running jobs only (through `job_due`, whatever the history
-        # holds): due pending jobs, the oldest due run_at, running jobs whose lease lapsed. Counts by status come
-        # from the totals (schema/totals.py).
-        job_stats=(
-            f"SELECT space_id, action_id, SUM(status = 'pending' AND run_at <= %(now)s), "
-            f"MIN(CASE WHEN status = 'pending' AND run_at <= %(now)s THEN run_at END), "
-            f"SUM(status = 'running' AND lease_until < %(now)s) FROM {jobs} FORCE INDEX (job_due) "
-            "WHERE status IN ('pending', 'running') AND {where} GROUP BY space_id, action_id"
-        ),
         # Through `job_due` (status, run_at): a finished job's run_at is the instant it finished, so the window is one
         # index range per terminal status, whatever the table holds outside it. It costs what the window holds (the
         # dashboard asks for a closed bucket once and recounts only the current one: web/activity.py).

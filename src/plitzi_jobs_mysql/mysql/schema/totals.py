@@ -134,6 +134,27 @@ def total_read(prefix: str, where: str) -> str:
     return f"SELECT COALESCE(SUM(n), 0) FROM `{totals_name(prefix)}` WHERE status <> '' AND {where}"
 
 
+def stats_read(prefix: str, where: str) -> str:
+    """`stats()` in one statement (one snapshot), none of it growing with the finished history: (kind, space_id,
+    action_id, value) rows where kind is a status (its kept total), 'later' (pending jobs not yet due: the due ones
+    are the pending total less these), 'lapsed' (running jobs past their lease) or 'oldest' (a group's oldest due
+    run_at: one probe of `job_due` per group with pending jobs, from the oldest due job on)."""
+    jobs, totals = table_names(prefix).jobs, totals_name(prefix)
+    return (
+        f"SELECT status, space_id, action_id, SUM(n) FROM `{totals}` WHERE status <> '' AND {where} "
+        "GROUP BY space_id, action_id, status HAVING SUM(n) <> 0 "
+        f"UNION ALL SELECT 'later', space_id, action_id, COUNT(*) FROM `{jobs}` FORCE INDEX (job_due) "
+        f"WHERE status = 'pending' AND run_at > %(now)s AND {where} GROUP BY space_id, action_id "
+        f"UNION ALL SELECT 'lapsed', space_id, action_id, COUNT(*) FROM `{jobs}` FORCE INDEX (job_due) "
+        f"WHERE status = 'running' AND lease_until < %(now)s AND {where} GROUP BY space_id, action_id "
+        "UNION ALL SELECT 'oldest', g.space_id, g.action_id, "
+        f"(SELECT j.run_at FROM `{jobs}` AS j FORCE INDEX (job_due) WHERE j.status = 'pending' AND j.run_at <= %(now)s "
+        "AND j.space_id = g.space_id AND j.action_id = g.action_id ORDER BY j.run_at LIMIT 1) "
+        f"FROM (SELECT space_id, action_id FROM `{totals}` WHERE status = 'pending' AND {where} "
+        "GROUP BY space_id, action_id HAVING SUM(n) > 0) AS g"
+    )
+
+
 def fold_candidates(prefix: str) -> str:
     return f"SELECT delta_id, space_id, action_id, status, n FROM `{totals_name(prefix)}` WHERE status <> '' LIMIT %s"
 
