@@ -44,13 +44,13 @@ class OperatorCalls(QueueCore):
             args.append(status)
         condition = " AND ".join(where)
         page_where, page_args, index = condition, list(args), ""
+        if spaces is not None and self._store.listing_indexes:
+            # The index whose order is the page's: left alone, the optimizer may walk a space's newest rows (its
+            # waiting jobs first) to find a status, or take them by `ref` and sort them all for a cursor.
+            index = (
+                " FORCE INDEX (job_space_status_recent)" if status is not None else " FORCE INDEX (job_space_recent)"
+            )
         if cursor is not None:
-            if spaces is not None:  # else the optimizer takes the space's rows by `ref` and sorts them all
-                index = (
-                    " FORCE INDEX (job_space_status_recent)"
-                    if status is not None
-                    else " FORCE INDEX (job_space_recent)"
-                )
             # A range on the index's updated_at (then seq, its primary key suffix): the page starts at the cursor.
             page_where += " AND updated_at <= %s AND (updated_at < %s OR seq < %s)"
             page_args += [cursor[0], cursor[0], cursor[1]]

@@ -28,10 +28,8 @@ from pymysql.constants import CR, ER
 from ..errors import ConnectionCharsetError, PayloadTooLargeError, StoreUnavailableError
 from . import packet
 from .flavour import CAUSAL_WAIT, GROUP_CONSISTENCY, Flavour, flavour_of
-from .schema import totals
 from .schema.state import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
 from .schema.tables import table_names
-from .schema.totals import totals_name, trigger_names
 from .statements import (
     CLUSTER_PROBE,
     CURRENT_DATABASE,
@@ -40,6 +38,7 @@ from .statements import (
     Statements,
     statements_for,
 )
+from .totals_setup import ensure_totals
 
 log = logging.getLogger(__name__)
 
@@ -234,6 +233,7 @@ class MysqlStore:
         self.prefix = check_prefix(table_prefix)
         self.sql: Statements = statements_for(self.prefix)
         self.create_tables = create_tables
+        self.listing_indexes = False  # the jobs table has both listing indexes (read on first use)
         self._ready = False
         self.statement_prefix = ""
         self.flavour = Flavour(mariadb=True, galera=False)  # until first use reads the server's
@@ -364,24 +364,7 @@ class MysqlStore:
                 await conn.write(statement)
 
     async def _ensure_totals(self, conn: Connection, *, ddl: bool) -> None:
-        """The job totals' table, triggers and backfill (schema/totals.py) where tables were made without them (a
-        fresh database, or sql/schema.sql alone): one read once they exist. The backfill is exact whenever it runs
-        after the triggers, and runs once (its row's key), so two first uses at once are harmless."""
-        rows = await conn.fetch(totals.TOTALS_READY, (list(trigger_names(self.prefix)), totals_name(self.prefix)))
-        statements = totals.create_statements(self.prefix)
-        if int(rows[0][0]) == len(trigger_names(self.prefix)) and int(rows[0][1]):
-            if int((await conn.fetch(totals.backfilled(self.prefix)))[0][0]):
-                return
-            statements = totals.backfill_statements(self.prefix)  # emptied (TRUNCATE) or cut short: DML only
-        elif not ddl:
-            log.warning("the job totals' table or triggers are missing and create_tables=False: counts and list "
-                        "totals are wrong until `plitzi-jobs-mysql migrate` runs")  # fmt: skip
-            return
-        log.info("creating the job totals (%s) and their triggers", totals_name(self.prefix))
-        if not conn.autocommit:
-            await conn.raw.commit()  # the reads' transaction: the backfill sets the next one's isolation
-        for statement in statements:
-            await conn.write(statement)
+        self.listing_indexes = await ensure_totals(conn, self.prefix, ddl=ddl)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
