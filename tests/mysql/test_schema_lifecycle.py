@@ -45,7 +45,7 @@ from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_databa
 from plitzi_jobs_mysql.testing.support import Advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import empty_tables, mariadb_client, open_pool, sql, sql_session
+from ..conftest import assert_totals_exact, empty_tables, mariadb_client, open_pool, sql, sql_session
 from ..harness import ts_original
 from ..support import Clock, job
 from .test_alembic import alembic, ok, schema_snapshot
@@ -286,6 +286,7 @@ async def test_migrate_turns_the_originals_tables_into_this_schema_without_losin
     assert_fresh(database_url, fresh_snapshot)
     assert_carried_over(database_url)
     assert "already there" in ok(cli("migrate", "--url", database_url)).stderr  # again: nothing to do
+    assert_totals_exact(database_url)  # the converted jobs counted once, by the backfill after the triggers
 
     pool = await open_pool(database_url)
     try:
@@ -301,6 +302,7 @@ async def test_migrate_turns_the_originals_tables_into_this_schema_without_losin
         # left to its holder; a lapsed one is taken over with a `lost` attempt naming the original's worker.
         claimed = {j.id: j for j in await queue.claim(worker_id="py", lease_ms=60_000, limit=10)}
         assert set(claimed) == {"running-lapsed", "pending-due", "Job-1"}
+        assert_totals_exact(database_url)
         due = claimed["pending-due"]
         assert (due.input, due.due_at, due.attempts) == ({"user": 42, "name": "Zoë"}, t - 5_000, 1)
         lapsed = claimed["running-lapsed"]
