@@ -244,38 +244,6 @@ EXECUTE pjm_step;
 
 DEALLOCATE PREPARE pjm_step;
 
-CREATE TABLE IF NOT EXISTS `action_jobs` (
-  `seq` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-  `id` VARBINARY(764) NOT NULL,
-  `space_id` BIGINT NOT NULL,
-  `action_id` VARBINARY(764) NOT NULL,
-  `environment` VARBINARY(256) NOT NULL,
-  `trigger` VARBINARY(256) NOT NULL,
-  `input` LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-  `due_at` BIGINT NOT NULL,
-  `max_attempts` INT NOT NULL,
-  `missed` INT NULL,
-  `key` VARBINARY(764) NULL,
-  `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
-  `run_at` BIGINT NOT NULL,
-  `attempts` INT NOT NULL,
-  `created_at` BIGINT NOT NULL,
-  `updated_at` BIGINT NOT NULL,
-  `claimed_at` BIGINT NULL,
-  `lease_until` BIGINT NULL,
-  `worker_id` VARBINARY(764) NULL,
-  `run_id` VARBINARY(764) NULL,
-  `cancel_requested` TINYINT(1) NOT NULL DEFAULT 0,
-  `error` MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
-  `history` LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-  PRIMARY KEY (`seq`),
-  UNIQUE KEY `job_id` (`id`),
-  KEY `job_due` (`status`, `run_at`),
-  KEY `job_space_recent` (`space_id`, `updated_at`),
-  KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`),
-  KEY `job_space_key` (`space_id`, `key`, `status`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';
-
 CREATE TABLE IF NOT EXISTS `action_totals` (
   `delta_id` BIGINT UNSIGNED NOT NULL,
   `space_id` BIGINT NOT NULL,
@@ -284,16 +252,6 @@ CREATE TABLE IF NOT EXISTS `action_totals` (
   `n` BIGINT NOT NULL,
   PRIMARY KEY (`delta_id`)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql job totals (deltas, folded)';
-
-CREATE TRIGGER IF NOT EXISTS `action_jobs_totals_ins` AFTER INSERT ON `action_jobs` FOR EACH ROW INSERT INTO `action_totals` (delta_id, space_id, action_id, status, n) VALUES (UUID_SHORT(), NEW.space_id, NEW.action_id, NEW.status, 1);
-
-CREATE TRIGGER IF NOT EXISTS `action_jobs_totals_upd` AFTER UPDATE ON `action_jobs` FOR EACH ROW INSERT INTO `action_totals` (delta_id, space_id, action_id, status, n) SELECT UUID_SHORT(), OLD.space_id, OLD.action_id, OLD.status, -1 FROM DUAL WHERE NOT (OLD.status <=> NEW.status AND OLD.space_id <=> NEW.space_id AND OLD.action_id <=> NEW.action_id) UNION ALL SELECT UUID_SHORT(), NEW.space_id, NEW.action_id, NEW.status, 1 FROM DUAL WHERE NOT (OLD.status <=> NEW.status AND OLD.space_id <=> NEW.space_id AND OLD.action_id <=> NEW.action_id);
-
-CREATE TRIGGER IF NOT EXISTS `action_jobs_totals_del` AFTER DELETE ON `action_jobs` FOR EACH ROW INSERT INTO `action_totals` (delta_id, space_id, action_id, status, n) VALUES (UUID_SHORT(), OLD.space_id, OLD.action_id, OLD.status, -1);
-
-SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-
-INSERT INTO `action_totals` (delta_id, space_id, action_id, status, n) SELECT UUID_SHORT(), space_id, action_id, status, SUM(n) FROM (SELECT space_id, action_id, status, COUNT(*) AS n FROM `action_jobs` WHERE NOT EXISTS (SELECT 1 FROM `action_totals` WHERE delta_id = 1) GROUP BY space_id, action_id, status UNION ALL SELECT space_id, action_id, status, -SUM(n) FROM `action_totals` WHERE status <> '' AND NOT EXISTS (SELECT 1 FROM `action_totals` WHERE delta_id = 1) GROUP BY space_id, action_id, status) AS counted GROUP BY space_id, action_id, status HAVING SUM(n) <> 0 UNION ALL SELECT 1, 0, '', '', 0 FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM `action_totals` WHERE delta_id = 1);
 
 SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'plitzi_jobs_mysql schema 1' AND NOT (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs' AND INDEX_NAME = 'job_space_status_recent') > 0), 'ALTER TABLE `action_jobs` ADD KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`), COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
 

@@ -244,10 +244,13 @@ class RecordingOp:
 def test_migration_helpers_run_the_schema_functions_and_need_no_alembic() -> None:
     from plitzi_jobs_mysql.migrations import create_job_tables, drop_job_tables
     from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
+    from plitzi_jobs_mysql.mysql.schema.totals import totals_statements
 
     op = RecordingOp()
     create_job_tables(op, prefix="x_")
-    assert op.sql == mysql_job_schema_statements("x_") + mysql_job_schema_upgrades("x_")
+    # Offline (no bind to read the tables from), the totals' triggers and backfill come last, always.
+    expected = mysql_job_schema_statements("x_") + mysql_job_schema_upgrades("x_") + totals_statements("x_")
+    assert op.sql == expected
     op = RecordingOp()
     drop_job_tables(op, prefix="x_")
     assert op.sql == [f"DROP TABLE IF EXISTS `x_{t}`" for t in TABLES]

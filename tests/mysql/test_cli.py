@@ -134,6 +134,9 @@ def test_ddl_piped_into_mariadb_makes_the_tables(database_url: str, prefix: str)
     assert pipe_to_mariadb(database_url, ddl.stdout).returncode == 0
     upgrades = ok(cli("ddl", "--upgrades", "--prefix", prefix))
     assert pipe_to_mariadb(database_url, upgrades.stdout).returncode == 0
+    totals = ok(cli("ddl", "--totals", "--prefix", prefix))  # the triggers and the backfill
+    assert "CREATE TRIGGER" in totals.stdout and pipe_to_mariadb(database_url, totals.stdout).returncode == 0
+    assert pipe_to_mariadb(database_url, totals.stdout).returncode == 0  # again: harmless
     # The adapters work on those tables without DDL of their own.
     seed(database_url, prefix)
     page = as_json(cli("jobs", "list", "--url", database_url, "--prefix", prefix, "--space", "1", "--json"))

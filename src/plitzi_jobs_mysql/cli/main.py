@@ -1,6 +1,6 @@
 """`plitzi-jobs-mysql` (`python -m plitzi_jobs_mysql`): the schema for users' migrations, and an operator's view.
 
-    plitzi-jobs-mysql ddl [--prefix P] [--upgrades]          print the statements: `... ddl | mariadb app`
+    plitzi-jobs-mysql ddl [--prefix P] [--upgrades|--totals] print the statements: `... ddl | mariadb app`
     plitzi-jobs-mysql migrate --url URL [--prefix P] [--dry-run]   create/upgrade the tables (idempotent)
     plitzi-jobs-mysql jobs list [--space N] [...]            newest first; --action, --status, --limit, --after/--offset
     plitzi-jobs-mysql jobs show|cancel --space N ID
@@ -41,6 +41,7 @@ from ..mysql.schema.state import (
     mysql_job_schema_upgrades,
     table_names,
 )
+from ..mysql.schema.totals import totals_statements
 from ..records import JobStatus
 from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
 from .dashboard import add_parser as add_dashboard_parser
@@ -64,6 +65,8 @@ class _Parser(argparse.ArgumentParser):
 def cmd_ddl(args: argparse.Namespace) -> int:
     prefix = table_prefix(args)
     statements = mysql_job_schema_upgrades(prefix) if args.upgrades else mysql_job_schema_statements(prefix)
+    if args.totals:  # after the upgrades, once the tables are this package's (docs/migrations.md)
+        statements = totals_statements(prefix)
     if not statements:
         print("no upgrade statements in this release", file=sys.stderr)
     sys.stdout.write(sql_script(statements))
@@ -237,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ddl = commands.add_parser("ddl", parents=[prefix], help="print the CREATE TABLE statements (for piping)")
     ddl.add_argument("--upgrades", action="store_true", help="print the upgrade statements instead")
+    ddl.add_argument("--totals", action="store_true", help="print the job totals' triggers and backfill instead")
     ddl.set_defaults(func=cmd_ddl)
 
     migrate = commands.add_parser("migrate", parents=[conn], help="create/upgrade the tables (idempotent)")

@@ -17,8 +17,9 @@ empty status records that the backfill ran.
 
 The trigger bodies are single statements (no `;` inside, so the `mariadb`/`mysql` client runs sql/*.sql as is).
 Creating triggers needs the TRIGGER privilege and, on a server that writes a binary log, SUPER (or
-log_bin_trust_function_creators = 1); CREATE TRIGGER cannot be PREPAREd on MySQL, so the upgrade steps create them
-with IF NOT EXISTS, after step 1 has made the jobs table this package's own.
+log_bin_trust_function_creators = 1). CREATE TRIGGER cannot be PREPAREd on MySQL, so no upgrade statement can guard
+it: the migration runners (`migrate`, the Alembic helpers, first use) create the triggers and backfill once the
+tables are current (`totals_statements`); the upgrade step itself creates the table and changes the version.
 """
 
 from __future__ import annotations
@@ -100,6 +101,14 @@ def backfill_statements(prefix: str = "") -> list[str]:
 
 def create_statements(prefix: str = "") -> list[str]:
     """Everything the totals need on a jobs table of this package: the table, the triggers, the backfill."""
+    return [totals_table(prefix), *totals_triggers(prefix), *backfill_statements(prefix)]
+
+
+def totals_statements(prefix: str = "") -> list[str]:
+    """For a migration runner once the tables are current (this package's own): the triggers, then the backfill.
+    Harmless to rerun. Not part of the upgrade list: CREATE TRIGGER cannot be guarded there (MySQL cannot PREPARE
+    it), and on the TypeScript original's table, kept in place when its copy is abandoned, a trigger would follow
+    the table to `_old` when a later run swaps it out."""
     return [totals_table(prefix), *totals_triggers(prefix), *backfill_statements(prefix)]
 
 

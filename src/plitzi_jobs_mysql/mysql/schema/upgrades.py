@@ -31,7 +31,6 @@ from .tables import (
     V1_LAYOUTS,
     Tables,
     check_prefix,
-    jobs_current,
     jobs_v1,
     kv_v1,
     marker,
@@ -188,17 +187,15 @@ def _step_1(prefix: str) -> list[str]:
 
 
 def totals_step(version: int) -> Callable[[str], list[str]]:
-    """The job totals (schema/totals.py) as the step that brings the tables from `version - 1` to `version`.
-
-    The table and its triggers first (IF NOT EXISTS: CREATE TRIGGER cannot be PREPAREd on MySQL, so they are not
-    guarded; by now step 1 has made the jobs table this package's own, or the CREATE below makes it). Then the
-    backfill, one consistent read under READ COMMITTED that locks no job (writers go on; exact whenever it runs
-    after the triggers, and once: its row's key). Last the index and the version record, in one online ALTER."""
+    """The job totals (schema/totals.py) as the step that brings the tables from `version - 1` to `version`: their
+    table, then the index and the version record in one online ALTER. The triggers and the backfill (one consistent
+    read under READ COMMITTED that locks no job, exact whenever it runs after the triggers) come from the runner once
+    the tables are current (`totals.totals_statements`): CREATE TRIGGER cannot be guarded here."""
 
     def statements(prefix: str) -> list[str]:
         tables = table_names(prefix)
         before, after = marker(version - 1), marker(version)
-        steps = [jobs_current(tables.jobs), *totals.create_statements(prefix)]
+        steps = [totals.totals_table(prefix)]
         # Tables made by this release and stamped afresh (no record before) have the index already.
         indexed = (
             "(SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
