@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-dashboard bench-txn soak differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-history bench-dashboard bench-txn soak differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -44,6 +44,7 @@ bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
 	$(PY) bench/priorities.py
+	$(PY) bench/history.py --sizes 1000,110000
 
 ## Claims with priorities (issue 20.2): claim cost at 100,000 due jobs over 5 priorities vs 1,000, and a drain with
 ## mixed priorities vs one (bench/priorities.py; PLITZI_MYSQL_URL, else a throwaway server).
@@ -57,6 +58,11 @@ bench-quick: setup
 ## Pickup latency of a job enqueued inside the caller's transaction (issue 20.1), with and without announce_due().
 bench-txn: setup
 	$(PY) bench/txn_pickup.py
+
+## Operator reads as history grows (issue 24): 1,000 vs 1,100,000 jobs, old statements vs new, side by side;
+## make bench-history HISTORY_ARGS=--big adds 10,100,000 (a quiet machine only).
+bench-history: setup
+	$(PY) bench/history.py $(HISTORY_ARGS)
 
 ## The dashboard's pages with 1,000,000 finished + 100,000 waiting jobs (issue 22.4): server time per page.
 bench-dashboard: setup

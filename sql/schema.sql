@@ -33,8 +33,9 @@ CREATE TABLE IF NOT EXISTS `action_jobs` (
   KEY `job_due` (`status`, `run_at`),
   KEY `job_claim` (`status`, `priority`, `run_at`),
   KEY `job_space_recent` (`space_id`, `updated_at`),
+  KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`),
   KEY `job_space_key` (`space_id`, `key`, `status`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 3';
 
 CREATE TABLE IF NOT EXISTS `action_schedules` (
   `space_id` BIGINT NOT NULL,
@@ -50,7 +51,7 @@ CREATE TABLE IF NOT EXISTS `action_schedules` (
   `last_fire_at` BIGINT NULL,
   PRIMARY KEY (`space_id`, `action_id`),
   KEY `schedule_due` (`enabled`, `next_run_at`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 3';
 
 CREATE TABLE IF NOT EXISTS `action_kv` (
   `k` VARBINARY(764) NOT NULL,
@@ -58,4 +59,13 @@ CREATE TABLE IF NOT EXISTS `action_kv` (
   `expires_at` BIGINT NULL,
   PRIMARY KEY (`k`),
   KEY `kv_expiry` (`expires_at`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 3';
+
+CREATE TABLE IF NOT EXISTS `action_totals` (
+  `delta_id` BIGINT UNSIGNED NOT NULL,
+  `space_id` BIGINT NOT NULL,
+  `action_id` VARBINARY(764) NOT NULL,
+  `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `n` BIGINT NOT NULL,
+  PRIMARY KEY (`delta_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql job totals (deltas, folded)';

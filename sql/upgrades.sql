@@ -21,7 +21,7 @@ EXECUTE pjm_step;
 
 DEALLOCATE PREPARE pjm_step;
 
-SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'seq bigint,id varbinary,space_id bigint,action_id varbinary,environment varbinary,trigger varbinary,input longtext,due_at bigint,max_attempts int,missed int,key varbinary,priority tinyint,status varchar,run_at bigint,attempts int,created_at bigint,updated_at bigint,claimed_at bigint,lease_until bigint,worker_id varbinary,run_id varbinary,cancel_requested tinyint,error mediumtext,history longtext' AND LOCATE('plitzi_jobs_mysql schema ', (SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs')) = 0), 'ALTER TABLE `action_jobs` COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'seq bigint,id varbinary,space_id bigint,action_id varbinary,environment varbinary,trigger varbinary,input longtext,due_at bigint,max_attempts int,missed int,key varbinary,priority tinyint,status varchar,run_at bigint,attempts int,created_at bigint,updated_at bigint,claimed_at bigint,lease_until bigint,worker_id varbinary,run_id varbinary,cancel_requested tinyint,error mediumtext,history longtext' AND LOCATE('plitzi_jobs_mysql schema ', (SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs')) = 0), 'ALTER TABLE `action_jobs` COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
 
 PREPARE pjm_step FROM @pjm_sql;
 
@@ -269,6 +269,47 @@ EXECUTE pjm_step;
 DEALLOCATE PREPARE pjm_step;
 
 SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_kv') = 'plitzi_jobs_mysql schema 1'), 'ALTER TABLE `action_kv` COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+CREATE TABLE IF NOT EXISTS `action_totals` (
+  `delta_id` BIGINT UNSIGNED NOT NULL,
+  `space_id` BIGINT NOT NULL,
+  `action_id` VARBINARY(764) NOT NULL,
+  `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `n` BIGINT NOT NULL,
+  PRIMARY KEY (`delta_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql job totals (deltas, folded)';
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'plitzi_jobs_mysql schema 2' AND NOT (SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs' AND INDEX_NAME = 'job_space_status_recent') > 0), 'ALTER TABLE `action_jobs` ADD KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`), COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'plitzi_jobs_mysql schema 2'), 'ALTER TABLE `action_jobs` COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_schedules') = 'plitzi_jobs_mysql schema 2'), 'ALTER TABLE `action_schedules` COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_kv') = 'plitzi_jobs_mysql schema 2'), 'ALTER TABLE `action_kv` COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
 
 PREPARE pjm_step FROM @pjm_sql;
 

@@ -18,6 +18,7 @@ import aiomysql
 import pymysql
 import pytest
 
+from plitzi_jobs_mysql.mysql.schema.totals import drift_query
 from plitzi_jobs_mysql.testing import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
 from plitzi_jobs_mysql.testing.server import ENV_URL
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -182,6 +183,12 @@ def sql(url: str, statement: str, args: Any = None, **connect: Any) -> list[tupl
         conn.close()
 
 
+def assert_totals_exact(url: str, prefix: str = "") -> None:
+    """The drift check (mysql/schema/totals.py) from outside: the kept job totals say what a recount says."""
+    drift = sql(url, drift_query(prefix))
+    assert not drift, f"job totals drifted from a recount (space, action, status, kept, counted): {drift}"
+
+
 def numbers(count: int) -> str:
     """`FROM {numbers(n)}`: rows `seq` = 1..n on MariaDB and MySQL alike (MariaDB's `seq_1_to_N` tables are its
     own; a recursive CTE would meet MySQL's cte_max_recursion_depth of 1,000). Ends the statement."""
@@ -224,7 +231,8 @@ def empty_tables(url: str, prefix: str = "") -> None:
     conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs())
     try:
         with conn.cursor() as cur:
-            for table in ("action_jobs", "action_schedules", "action_kv"):
+            # TRUNCATE fires no trigger: the job totals (mysql/schema/totals.py) are emptied with their jobs.
+            for table in ("action_jobs", "action_schedules", "action_kv", "action_totals"):
                 cur.execute(
                     "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() "
                     "AND table_name = %s",

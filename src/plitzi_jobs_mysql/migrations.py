@@ -28,11 +28,13 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades, table_names
-from .mysql.schema.tables import side_names
+from .mysql.schema.tables import SCHEMA_VERSION, marker, side_names
+from .mysql.schema.totals import totals_name, totals_statements
 
 __all__ = [
     "ALEMBIC_SCRIPT_LOCATION",
     "create_job_tables",
+    "create_job_totals",
     "drop_job_statements",
     "drop_job_tables",
     "include_object",
@@ -61,18 +63,41 @@ def create_job_tables(op: SupportsExecute, prefix: str = "") -> None:
     statements = mysql_job_schema_statements(prefix) + mysql_job_schema_upgrades(prefix)
     for statement in statements:
         op.execute(statement)
+    create_job_totals(op, prefix)
+
+
+def create_job_totals(op: SupportsExecute, prefix: str = "") -> None:
+    """The job totals' triggers and backfill (harmless to rerun), once the tables are current: online, only when the
+    jobs table carries the current version record (a TypeScript original's table kept in place is left alone, its
+    copy abandoned because it was written to); offline (``--sql``), always."""
+    bind = getattr(op, "get_bind", None)
+    if bind is not None and not getattr(getattr(op, "get_context", lambda: None)(), "as_sql", False):
+        comment = (
+            bind()
+            .exec_driver_sql(
+                "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+                "AND TABLE_NAME = %s",
+                (table_names(prefix).jobs,),
+            )
+            .scalar()
+        )
+        if comment != marker(SCHEMA_VERSION):
+            return
+    for statement in totals_statements(prefix):
+        op.execute(statement)
 
 
 def upgrade_job_tables(op: SupportsExecute, prefix: str = "") -> None:
     """Runs only the upgrade steps: for a revision of your own after a release that adds one."""
     for statement in mysql_job_schema_upgrades(prefix):
         op.execute(statement)
+    create_job_totals(op, prefix)
 
 
 def drop_job_statements(prefix: str = "") -> list[str]:
-    """``DROP TABLE IF EXISTS`` for the three tables."""
+    """``DROP TABLE IF EXISTS`` for the three tables and the job totals (their triggers go with the jobs table)."""
     t = table_names(prefix)
-    return [f"DROP TABLE IF EXISTS `{name}`" for name in (t.jobs, t.schedules, t.kv)]
+    return [f"DROP TABLE IF EXISTS `{name}`" for name in (t.jobs, t.schedules, t.kv, totals_name(prefix))]
 
 
 def drop_job_tables(op: SupportsExecute, prefix: str = "") -> None:
@@ -95,13 +120,14 @@ def include_object_for(*prefixes: str) -> IncludeObject:
     """An ``include_object`` for Alembic's ``context.configure`` that hides this package's tables (for each
     prefix; none means the empty prefix) from autogenerate, so it never proposes dropping or altering them.
 
-    Hidden: the three tables, the copies `migrate` keeps of the TypeScript original's (``*_old``) or builds
-    (``*_new``), and this package's own Alembic version table.
+    Hidden: the three tables and the job totals, the copies `migrate` keeps of the TypeScript original's
+    (``*_old``) or builds (``*_new``), and this package's own Alembic version table.
     """
     hidden: set[str] = set()
     for prefix in prefixes or ("",):
         for names in (table_names(prefix), side_names(prefix, "old"), side_names(prefix, "new")):
             hidden.update(names.all())
+        hidden.add(totals_name(prefix))
         hidden.add(f"{prefix}plitzi_jobs_alembic_version")
 
     def include(object_: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:

@@ -131,6 +131,7 @@ class Schedule(ScheduleInput):
 class JobPage:
     jobs: list[Job]
     total: int
+    next_after: str | None = None  # `list_jobs(after=...)` for the next page; None when this page is not full
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,7 +34,7 @@ from plitzi_jobs_mysql.runtime import scheduler as scheduler_module
 from plitzi_jobs_mysql.testing import LocalMysqlServer
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import open_pool, own_server_fixtures, sql
+from ..conftest import assert_totals_exact, open_pool, own_server_fixtures, sql
 from ..harness.faultproxy import FaultProxy
 from ..harness.injectors import Kills, ProxyCuts, ReadOnly, admin_sql, package_user
 from ..harness.soak import FAULT_DEPLOYMENT, Soak, run_soak
@@ -51,6 +51,7 @@ def run_fault(database: str, logs: Path, fault: Any, jobs: int, **options: Any) 
     print("\n" + out.getvalue())
     assert not soak.errors, "\n".join(soak.errors)
     assert soak.report["runs"] >= soak.report["jobs"] >= jobs
+    assert_totals_exact(database)  # every cut and kill: no status change without its delta, or twice
     return soak
 
 

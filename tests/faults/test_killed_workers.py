@@ -25,7 +25,7 @@ from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements
 from plitzi_jobs_mysql.url import parse_mysql_url
 from tests.harness.replica import ensure_ledger, read_ledger, spawn_replica
 
-from ..conftest import sql
+from ..conftest import assert_totals_exact, sql
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -162,6 +162,7 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     wait_until(finished, "every job finishing", 90, replace_the_dead)
     elapsed = time.monotonic() - started
     codes = fleet.stop_all()
+    assert_totals_exact(database_url)  # SIGKILLed mid-transition: the kept totals still match a recount
 
     rows = {
         r[0].decode(): (r[1], r[2], json.loads(r[3]), r[4])

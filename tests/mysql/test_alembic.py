@@ -24,9 +24,9 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 from ..conftest import mariadb_client
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = ("action_jobs", "action_schedules", "action_kv")
+TABLES = ("action_jobs", "action_schedules", "action_kv", "action_totals")
 #: The package's newest Alembic revision.
-HEAD = "0002"
+HEAD = "0003"
 
 
 def alembic(url: str | None, *args: str, prefix: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -75,7 +75,7 @@ def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
     """
     database = parse_mysql_url(url).database
     names = [prefix + t for t in TABLES]
-    where = "TABLE_SCHEMA = %s AND TABLE_NAME IN (%s, %s, %s)"
+    where = f"TABLE_SCHEMA = %s AND TABLE_NAME IN ({', '.join(['%s'] * len(names))})"
     args = [database, *names]
     columns = query(
         url,
@@ -102,7 +102,7 @@ def schema_snapshot(url: str, prefix: str = "") -> dict[str, Any]:
         return [(str(row[0])[len(prefix) :], *row[1:]) for row in rows]
 
     snapshot = {"columns": strip(columns), "indexes": strip(indexes), "tables": strip(tables)}
-    assert len(snapshot["tables"]) == 3, f"expected the three tables, found {snapshot['tables']}"
+    assert len(snapshot["tables"]) == len(TABLES), f"expected the job tables, found {snapshot['tables']}"
     return snapshot
 
 
@@ -246,10 +246,13 @@ class RecordingOp:
 def test_migration_helpers_run_the_schema_functions_and_need_no_alembic() -> None:
     from plitzi_jobs_mysql.migrations import create_job_tables, drop_job_tables
     from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
+    from plitzi_jobs_mysql.mysql.schema.totals import totals_statements
 
     op = RecordingOp()
     create_job_tables(op, prefix="x_")
-    assert op.sql == mysql_job_schema_statements("x_") + mysql_job_schema_upgrades("x_")
+    # Offline (no bind to read the tables from), the totals' triggers and backfill come last, always.
+    expected = mysql_job_schema_statements("x_") + mysql_job_schema_upgrades("x_") + totals_statements("x_")
+    assert op.sql == expected
     op = RecordingOp()
     drop_job_tables(op, prefix="x_")
     assert op.sql == [f"DROP TABLE IF EXISTS `x_{t}`" for t in TABLES]

@@ -20,7 +20,7 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 from ..conftest import mariadb_client, sql
 from ..support import job
 
-TABLES = ("action_jobs", "action_schedules", "action_kv")
+TABLES = ("action_jobs", "action_schedules", "action_kv", "action_totals")
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z"  # an instant as the commands print it, in UTC
 
 
@@ -125,7 +125,7 @@ def migrated(database_url: str) -> str:
 @pytest.mark.parametrize("prefix", ["", "app_"])
 def test_ddl_piped_into_mariadb_makes_the_tables(database_url: str, prefix: str) -> None:
     ddl = ok(cli("ddl", "--prefix", prefix))
-    assert ddl.stdout.count("CREATE TABLE IF NOT EXISTS") == 3
+    assert ddl.stdout.count("CREATE TABLE IF NOT EXISTS") == 4  # and the job totals
     assert ddl.stdout.rstrip().endswith(";")
     for statement in mysql_job_schema_statements(prefix):
         assert statement + ";" in ddl.stdout
@@ -136,6 +136,9 @@ def test_ddl_piped_into_mariadb_makes_the_tables(database_url: str, prefix: str)
     assert pipe_to_mariadb(database_url, ddl.stdout).returncode == 0
     upgrades = ok(cli("ddl", "--upgrades", "--prefix", prefix))
     assert pipe_to_mariadb(database_url, upgrades.stdout).returncode == 0
+    totals = ok(cli("ddl", "--totals", "--prefix", prefix))  # the triggers and the backfill
+    assert "CREATE TRIGGER" in totals.stdout and pipe_to_mariadb(database_url, totals.stdout).returncode == 0
+    assert pipe_to_mariadb(database_url, totals.stdout).returncode == 0  # again: harmless
     # The adapters work on those tables without DDL of their own.
     seed(database_url, prefix)
     page = as_json(cli("jobs", "list", "--url", database_url, "--prefix", prefix, "--space", "1", "--json"))
@@ -184,9 +187,16 @@ def test_jobs_list(migrated: str) -> None:
     everywhere = as_json(cli("jobs", "list", *url, "--json"))
     assert everywhere["total"] == 6 and {j["space_id"] for j in everywhere["jobs"]} == {1, 2}
     first = ok(cli("jobs", "list", *url, "--limit", "4")).stdout
-    assert "1-4 of 6 job(s) in all spaces; next page: --offset 4" in first
-    last = ok(cli("jobs", "list", *url, "--limit", "4", "--offset", "4")).stdout
-    assert "5-6 of 6 job(s) in all spaces" in last and "next page" not in last
+    assert "1-4 of 6 job(s) in all spaces; next page: --after k1." in first
+    cursor = first.split("--after ")[1].split()[0]
+    last = ok(cli("jobs", "list", *url, "--limit", "4", "--after", cursor)).stdout
+    assert "6 job(s) in all spaces" in last and "next page" not in last
+    by_offset = ok(cli("jobs", "list", *url, "--limit", "4", "--offset", "4")).stdout
+    assert "5-6 of 6 job(s) in all spaces" in by_offset
+    # The same rows, by cursor or by offset (their ids: the ages printed beside them move between the calls).
+    assert [r.split()[0] for r in by_offset.split("\n\n")[0].splitlines()] == [
+        r.split()[0] for r in last.split("\n\n")[0].splitlines()
+    ]
     ids = [line.split()[0] for part in (first, last) for line in part.splitlines()[1:] if line.strip()]
     assert sorted(i for i in ids if not i[0].isdigit()) == sorted(j["id"] for j in everywhere["jobs"])
 
@@ -339,6 +349,14 @@ def test_stats(migrated: str) -> None:
     assert actions[(1, "act-running")]["counts"]["running"] == 1
     assert actions[(1, "act-running")]["running_lease_lapsed"] == 0
     assert actions[(2, "act-other")]["oldest_due_age_seconds"] is None
+    verified = ok(cli("stats", "--url", migrated, "--verify")).stdout
+    assert "verified: every kept total matches a recount" in verified
+    sql(migrated, "DELETE FROM action_totals WHERE status = 'pending' LIMIT 1")  # a total that drifted
+    drifted = cli("stats", "--url", migrated, "--verify", "--json")
+    drift = json.loads(drifted.stdout)["drift"]
+    assert drifted.returncode == 1 and len(drift) == 1 and drift[0]["kept"] == drift[0]["counted"] - 1
+    assert "DRIFT" in cli("stats", "--url", migrated, "--verify").stdout
+    sql(migrated, "DELETE FROM action_totals")  # emptied: the next first use backfills them again
     human = ok(cli("stats", "--url", migrated)).stdout
     assert "pending" in human and re.search(rf"oldest due job: \d+(\.\d)?s overdue \(run at {ISO}\)", human), human
     assert "per space and action" in human

@@ -157,7 +157,7 @@ async def test_first_use_creates_the_three_tables(database_url: str, pools: list
     queue = create_mysql_job_queue(pool, table_prefix="app_")
     assert tables(database_url) == []  # nothing is sent before the first call
     await queue.enqueue(job("j"))
-    assert tables(database_url) == ["app_action_jobs", "app_action_kv", "app_action_schedules"]
+    assert tables(database_url) == ["app_action_jobs", "app_action_kv", "app_action_schedules", "app_action_totals"]
     kv = create_mysql_kv(pool, table_prefix="other_")
     await kv.set("k", "v")
     assert "other_action_jobs" in tables(database_url)
@@ -185,14 +185,15 @@ async def test_a_failed_creation_is_tried_again_by_the_next_call(
     user = f"pjm_{db[-8:]}"
     sql(mysql_url, f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
     try:
-        sql(mysql_url, f"GRANT SELECT, INSERT, UPDATE, DELETE ON `{db}`.* TO '{user}'@'%'")
+        # TRIGGER for the job totals' triggers (mysql/schema/totals.py).
+        sql(mysql_url, f"GRANT SELECT, INSERT, UPDATE, DELETE, TRIGGER ON `{db}`.* TO '{user}'@'%'")
         url = parse_mysql_url(database_url)
         limited = f"mysql://{user}:pw@{url.host}:{url.port}/{db}"
         pool = await pool_on(pools, limited)
         queue = create_mysql_job_queue(pool)
         with pytest.raises(pymysql.err.OperationalError):  # no CREATE privilege yet
             await queue.enqueue(job("j"))
-        for table in ("action_jobs", "action_schedules", "action_kv"):  # table grants reach open sessions
+        for table in ("action_jobs", "action_schedules", "action_kv", "action_totals"):  # reach open sessions
             sql(mysql_url, f"GRANT CREATE ON `{db}`.`{table}` TO '{user}'@'%'")
         assert await queue.enqueue(job("j")) is True
     finally:
@@ -243,7 +244,7 @@ async def test_an_autocommit_off_pool_hands_on_no_stale_read_view(database_url: 
 
 def test_schema_statements_are_plain_and_prefixed() -> None:
     statements = mysql_job_schema_statements("app_")
-    assert len(statements) == 3
+    assert len(statements) == 4  # the three tables and the job totals
     assert all(s.startswith("CREATE TABLE IF NOT EXISTS `app_action_") for s in statements)
     assert all("app_action_" in s for s in mysql_job_schema_upgrades("app_") if "ALTER" in s or "RENAME" in s)
 

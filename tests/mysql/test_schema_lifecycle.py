@@ -40,12 +40,13 @@ from plitzi_jobs_mysql.migrations import (
 from plitzi_jobs_mysql.mysql.schema.migrate import run_migration
 from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
 from plitzi_jobs_mysql.mysql.schema.tables import SCHEMA_VERSION, jobs_v1, kv_v1, marker, schedules_v1
+from plitzi_jobs_mysql.mysql.schema.totals import TOTALS_COMMENT, totals_name
 from plitzi_jobs_mysql.mysql.schema.upgrades import STEPS
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_database
 from plitzi_jobs_mysql.testing.support import Advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import empty_tables, mariadb_client, numbers, open_pool, sql, sql_session
+from ..conftest import assert_totals_exact, empty_tables, mariadb_client, numbers, open_pool, sql, sql_session
 from ..harness import ts_original
 from ..support import Clock, job
 from .test_alembic import alembic, ok, schema_snapshot
@@ -193,7 +194,8 @@ async def test_every_table_carries_its_version_record(database_url: str) -> None
         await pool.wait_closed()
     comments = sql(database_url, "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
                                  "WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME")  # fmt: skip
-    assert comments == [(t, marker(SCHEMA_VERSION)) for t in sorted(TABLES)]
+    expected = [(t, marker(SCHEMA_VERSION)) for t in TABLES] + [(totals_name(), TOTALS_COMMENT)]
+    assert comments == sorted(expected)
 
 
 async def test_first_use_refuses_the_originals_tables_before_any_write(database_url: str) -> None:
@@ -312,6 +314,7 @@ async def test_migrate_turns_the_originals_tables_into_this_schema_without_losin
     assert_fresh(database_url, fresh_snapshot)
     assert_carried_over(database_url)
     assert "already there" in ok(cli("migrate", "--url", database_url)).stderr  # again: nothing to do
+    assert_totals_exact(database_url)  # the converted jobs counted once, by the backfill after the triggers
 
     pool = await open_pool(database_url)
     try:
@@ -327,6 +330,7 @@ async def test_migrate_turns_the_originals_tables_into_this_schema_without_losin
         # left to its holder; a lapsed one is taken over with a `lost` attempt naming the original's worker.
         claimed = {j.id: j for j in await queue.claim(worker_id="py", lease_ms=60_000, limit=10)}
         assert set(claimed) == {"running-lapsed", "pending-due", "Job-1"}
+        assert_totals_exact(database_url)
         due = claimed["pending-due"]
         assert (due.input, due.due_at, due.attempts) == ({"user": 42, "name": "Zoë"}, t - 5_000, 1)
         lapsed = claimed["running-lapsed"]
@@ -427,7 +431,9 @@ def test_a_run_that_died_half_way_resumes(mysql_url: str, fresh_snapshot: dict[s
     # swapped; with the last one copied but not swapped.
     later = sum(s == "EXECUTE pjm_step" for step in STEPS[1:] for s in step.statements(""))
     assert len(executes) == 23 + later
-    cuts = [executes[3], executes[5], executes[6], executes[8], executes[15], executes[20]]
+    # Then each later step: cut with the jobs table at its version but not the others (the priorities' ALTER, then
+    # the totals' index ALTER).
+    cuts = [executes[3], executes[5], executes[6], executes[8], executes[15], executes[20], executes[23], executes[26]]
     for cut in cuts:
         with fresh_database(mysql_url, "pjm_cut") as url:
             populate(url)
@@ -463,6 +469,11 @@ def test_writes_during_the_copy_keep_the_original_in_place(database_url: str) ->
     result = cli("migrate", "--url", database_url)  # the service stopped now: it goes through
     assert result.returncode == 0, result.stderr
     assert sql(database_url, "SELECT COUNT(*) FROM action_jobs WHERE id = 'late'") == [(1,)]
+    # The totals' triggers sit on the converted table only (a trigger follows its table when step 1 swaps it out).
+    on = sql(database_url, "SELECT DISTINCT EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS "
+                           "WHERE TRIGGER_SCHEMA = DATABASE()")  # fmt: skip
+    assert [str(r[0]) for r in on] == ["action_jobs"]
+    assert_totals_exact(database_url)
 
 
 def test_two_migrate_processes_at_once_take_turns(database_url: str, fresh_snapshot: dict[str, Any]) -> None:
@@ -501,7 +512,11 @@ def test_alembic_runs_from_the_installed_package(database_url: str, tmp_path: Pa
     done = subprocess.run([*command, "upgrade", "head"], capture_output=True, text=True, cwd=tmp_path, env=env,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {*TABLES, "plitzi_jobs_alembic_version"}
+    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {
+        *TABLES,
+        totals_name(),
+        "plitzi_jobs_alembic_version",
+    }
 
 
 def test_autogenerate_with_include_object_leaves_the_job_tables_alone(database_url: str) -> None:

@@ -91,6 +91,8 @@ async def test_bad_parameters_are_a_400_saying_why(web: httpx.AsyncClient) -> No
         "/jobs?status=pending%27%20OR%201%3D1": "status must be one of",
         "/jobs?space=x": "space must be a whole number",
         "/jobs?offset=-1": "offset must be between",
+        "/jobs?after=k1.%3Cscript%3E": "after is not a cursor",
+        "/jobs?after=k1.MS4x&offset=5": "either after",
         f"/jobs?action={'a' * 192}": "at most 191",
         "/job?space=1": "a job is named by its space and id",
         "/schedules?limit=0": "limit must be between",
@@ -102,6 +104,24 @@ async def test_bad_parameters_are_a_400_saying_why(web: httpx.AsyncClient) -> No
         assert message in response.text, (path, response.text[-400:])
     missing = await web.get("/job?space=1&id=nope", headers=HTML)
     assert missing.status_code == 404 and "no job with that id" in missing.text
+
+
+async def test_the_jobs_pager_goes_older_by_the_keyset_cursor() -> None:
+    queue = create_memory_job_queue()
+    await queue.enqueue_many([job(f"j{n:03}", due_at=n) for n in range(120)])
+    expected = [j.id for j in (await queue.list_jobs(space_ids=None, limit=200)).jobs]
+    seen: list[str] = []
+    async with client(create_dashboard(queue)) as web:
+        path: str | None = "/jobs?limit=50"
+        while path is not None:
+            page = await web.get(path, headers=HTML)
+            assert page.status_code == 200, page.text[-300:]
+            seen += re.findall(r'href="/job\?space=1&amp;id=(j\d+)"', page.text)
+            older = re.search(r'<a href="([^"]+)" rel="next">', page.text)
+            path = older.group(1).replace("&amp;", "&") if older else None
+            assert path is None or ("after=k1." in path and "offset" not in path)
+        assert "older job(s) of 120" in page.text and "← newest" in page.text
+    assert seen == expected
 
 
 async def test_a_limited_dashboard_refuses_other_spaces(queue: MemoryJobQueue) -> None:

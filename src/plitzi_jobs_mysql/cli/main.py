@@ -1,8 +1,8 @@
 """`plitzi-jobs-mysql` (`python -m plitzi_jobs_mysql`): the schema for users' migrations, and an operator's view.
 
-    plitzi-jobs-mysql ddl [--prefix P] [--upgrades]          print the statements: `... ddl | mariadb app`
+    plitzi-jobs-mysql ddl [--prefix P] [--upgrades|--totals] print the statements: `... ddl | mariadb app`
     plitzi-jobs-mysql migrate --url URL [--prefix P] [--dry-run]   create/upgrade the tables (idempotent)
-    plitzi-jobs-mysql jobs list [--space N] [...]            newest first; --action, --status, --limit, --offset
+    plitzi-jobs-mysql jobs list [--space N] [...]            newest first; --action, --status, --limit, --after/--offset
     plitzi-jobs-mysql jobs show|cancel [--space N] ID         the job wherever it is, or only in those spaces
     plitzi-jobs-mysql jobs retry [--space N] [--force] ID    --force to run a succeeded job again
     plitzi-jobs-mysql jobs cancel-all|retry-all --space N [--action A] [--status dead] [--dry-run] [--yes]
@@ -31,7 +31,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pymysql
 
@@ -53,6 +53,7 @@ from ..mysql.schema.state import (
     mysql_job_schema_upgrades,
     table_names,
 )
+from ..mysql.schema.totals import totals_statements
 from ..records import JobStatus
 from .bulk import add_parsers as add_bulk_parsers
 from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
@@ -77,6 +78,8 @@ class _Parser(argparse.ArgumentParser):
 def cmd_ddl(args: argparse.Namespace) -> int:
     prefix = table_prefix(args)
     statements = mysql_job_schema_upgrades(prefix) if args.upgrades else mysql_job_schema_statements(prefix)
+    if args.totals:  # after the upgrades, once the tables are this package's (docs/migrations.md)
+        statements = totals_statements(prefix)
     if not statements:
         print("no upgrade statements in this release", file=sys.stderr)
     sys.stdout.write(sql_script(statements))
@@ -158,6 +161,7 @@ def _migrated(planned: PlannedTable) -> str:
 def cmd_stats(args: argparse.Namespace) -> int:
     spaces: list[int] | None = args.space
     stats = run_queue(args, lambda q: q.stats(space_ids=spaces))
+    drift = run_queue(args, lambda q: q.totals_drift()) if args.verify else None
 
     def age_of(oldest: int | None) -> float | None:
         return None if oldest is None else (stats.now - oldest) / 1000
@@ -176,7 +180,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         }
         for a in stats.actions
     ]
-    result = {
+    result: dict[str, Any] = {
         "spaces": spaces,
         "now": stats.now,
         "counts": stats.counts,
@@ -187,9 +191,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "running_lease_lapsed": stats.running_lease_lapsed,
         "actions": actions,
     }
+    if drift is not None:
+        result["drift"] = [
+            {"space_id": space, "action_id": action, "status": status, "kept": kept, "counted": counted}
+            for (space, action, status), (kept, counted) in sorted(drift.differences.items())
+        ]
     if args.json:
         print_json(result)
-        return 0
+        return 1 if drift is not None and drift.differences else 0
     print(f"jobs in `{table_names(table_prefix(args)).jobs}`, {scope(spaces)}, at {when(stats.now)} (server clock)\n")
     print(table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
     print(f"\ndue pending jobs: {stats.pending_due}")
@@ -207,7 +216,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ]  # fmt: skip
         print("\nper space and action (OLDEST DUE: how long the oldest due pending job has waited)\n")
         print(table(headers, rows))
-    return 0
+    if drift is None:
+        return 0
+    if not drift.differences:
+        print("\nverified: every kept total matches a recount of the jobs")
+        return 0
+    print("\nDRIFT: kept totals that disagree with a recount of the jobs\n")
+    print(table(("SPACE", "ACTION", "STATUS", "KEPT", "COUNTED"),
+                [(s, a, st, k, c) for (s, a, st), (k, c) in sorted(drift.differences.items())]))  # fmt: skip
+    return 1
 
 
 # -- the parser --------------------------------------------------------------------------------------------------
@@ -265,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ddl = commands.add_parser("ddl", parents=[prefix], help="print the CREATE TABLE statements (for piping)")
     ddl.add_argument("--upgrades", action="store_true", help="print the upgrade statements instead")
+    ddl.add_argument("--totals", action="store_true", help="print the job totals' triggers and backfill instead")
     ddl.set_defaults(func=cmd_ddl)
 
     migrate = commands.add_parser("migrate", parents=[conn], help="create/upgrade the tables (idempotent)")
@@ -277,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing = jobs.add_parser("list", parents=[common, any_space, paged], help="jobs, newest first")
     listing.add_argument("--action", default=None, help="only this action id")
     listing.add_argument("--status", default=None, choices=STATUS_ORDER, help="only jobs in this status")
+    listing.add_argument(
+        "--after", default=None, metavar="CURSOR", help="the page after this cursor (printed under a full page)"
+    )
     listing.set_defaults(func=cmd_jobs_list)
     jobs.add_parser("show", parents=[one_job], help="one job with its history").set_defaults(func=cmd_jobs_show)
     retry = jobs.add_parser("retry", parents=[one_job], help="requeue a finished job")
@@ -296,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = commands.add_parser(
         "stats", parents=[common, any_space], help="per space and action: counts, oldest due job, lapsed leases"
+    )
+    stats.add_argument(
+        "--verify", action="store_true", help="also recount every job: report drift of the kept totals (exit 1)"
     )
     stats.set_defaults(func=cmd_stats)
     add_dashboard_parser(commands, conn, _space_id)

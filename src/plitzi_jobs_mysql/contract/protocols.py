@@ -96,8 +96,10 @@ class JobQueue(Protocol):
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        after: str | None = None,
     ) -> JobPage:
-        """Jobs of those spaces, newest `updated_at` first; `total` counts every match."""
+        """Jobs of those spaces, newest `updated_at` first; `total` counts every match. `after`: the previous
+        page's `next_after` (a keyset cursor: page 1,000 costs what page 1 does), instead of `offset`."""
         ...
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:

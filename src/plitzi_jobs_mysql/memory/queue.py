@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
+from ..contract.cursor import decode_after
 from ..contract.events import Emitter, dead_by_loss
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
@@ -33,6 +34,7 @@ from ..records import (
 )
 from .claim_order import ClaimOrder
 from .claim_order import Row as _Row
+from .listing import list_page
 from .operator_calls import MemoryOperatorCalls, no_connection
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
@@ -291,18 +293,13 @@ class MemoryJobQueue(MemoryOperatorCalls):
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        after: str | None = None,
     ) -> JobPage:
         """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
         spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
-        matching = [
-            r
-            for r in self._jobs.values()
-            if (spaces is None or r.job.space_id in spaces)
-            and (action_id is None or r.job.action_id == action_id)
-            and (status is None or r.job.status == status)
-        ]
-        matching.sort(key=lambda r: (r.job.updated_at, r.seq), reverse=True)
-        return JobPage(jobs=[self._snapshot(r) for r in matching[offset : offset + limit]], total=len(matching))
+        found = list_page(self._jobs.values(), spaces, action_id, status, decode_after(after, offset), offset, limit)
+        shown, total, token = found
+        return JobPage(jobs=[self._snapshot(r) for r in shown], total=total, next_after=token)
 
     async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
         spaces = check.space_ids_or_all(space_ids)

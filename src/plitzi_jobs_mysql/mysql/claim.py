@@ -16,7 +16,7 @@ from ..records import LOST_ERROR, Job
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
 from .session import Connection, as_text, is_conflict
-from .statements import TAKE_DIED
+from .statements import TAKE_WON
 
 # How many times one claim reads again because lapsed jobs it met died (each death is final, so this is rare).
 MAX_DEATH_REREADS = 4
@@ -144,7 +144,12 @@ class ClaimCalls(QueueCore):
             rows, told = await conn.write_returning_id(statement, args, prefix=flavour.claim_prefix)
             if not rows:
                 return LOST
-            return DIED if lapsed and told == TAKE_DIED else WON
+            if not lapsed or told == TAKE_WON:
+                return WON
+            # A death changes the job's status, so the totals' trigger runs an INSERT of its own and the OK packet
+            # no longer carries the takeover's insert id: the row itself tells (lapsed takes are rare).
+            dead = await conn.fetch(self._sql.took_dead, {"seq": seq})
+            return DIED if dead and dead[0][0] else WON
 
         try:
             return await self._store.run(take)

@@ -6,11 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract import validation as check
-from ..records import FinishedCount, Job, JobPage, QueueStats
+from ..contract.cursor import decode_after, next_after
+from ..records import FinishedCount, Job, JobPage, JobStatus, QueueStats
 from .queue_core import QueueCore
-from .rows import job_from_row
+from .rows import job_columns, job_from_row
+from .schema import totals
 from .schema.state import table_names
 from .session import Connection, as_text
+
+STATUSES = tuple(status.value for status in JobStatus)
 
 
 class OperatorCalls(QueueCore):
@@ -24,9 +28,11 @@ class OperatorCalls(QueueCore):
         status: str | None = None,
         limit: int = 50,
         offset: int = 0,
+        after: str | None = None,
     ) -> JobPage:
         """The `JobQueue` rule; `space_ids=None` (an operator's view) lists every space's jobs."""
         spaces = check.list_jobs_args(space_ids, action_id, status, limit, offset)
+        cursor = decode_after(after, offset)
         if spaces == []:
             return JobPage(jobs=[], total=0)
         where = ["1 = 1"] if spaces is None else ["space_id IN %s"]
@@ -38,11 +44,30 @@ class OperatorCalls(QueueCore):
             where.append("status = %s")
             args.append(status)
         condition = " AND ".join(where)
+        page_where, page_args, index = condition, list(args), ""
+        if spaces is not None and self._store.listing_indexes:
+            # The index whose order is the page's: left alone, the optimizer may walk a space's newest rows (its
+            # waiting jobs first) to find a status, or take them by `ref` and sort them all for a cursor.
+            index = (
+                " FORCE INDEX (job_space_status_recent)" if status is not None else " FORCE INDEX (job_space_recent)"
+            )
+        if cursor is not None:
+            # A range on the index's updated_at (then seq, its primary key suffix): the page starts at the cursor.
+            page_where += " AND updated_at <= %s AND (updated_at < %s OR seq < %s)"
+            page_args += [cursor[0], cursor[0], cursor[1]]
+
+        # The page through an index, newest first; the total from the kept totals (schema/totals.py), exact and
+        # without counting the matching rows.
+        total_sql = totals.total_read(self._store.prefix, condition)
 
         async def page(conn: Connection) -> JobPage:
-            rows = await conn.fetch(self._sql.list_jobs.format(where=condition), [*args, limit, offset])
-            total = await conn.fetch(self._sql.count_jobs.format(where=condition), args)
-            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]))
+            rows = await conn.fetch(
+                self._sql.list_jobs.format(where=page_where, index=index), [*page_args, limit, offset]
+            )
+            total = await conn.fetch(total_sql, args)
+            places = [(int(c["updated_at"]), int(c["seq"])) for c in map(job_columns, rows)]
+            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]),
+                           next_after=next_after(places, limit))  # fmt: skip
 
         return await self._store.run(page)
 
@@ -52,16 +77,20 @@ class OperatorCalls(QueueCore):
         if spaces == []:
             return QueueStats.from_groups(now, [])
         where = "1 = 1" if spaces is None else "space_id IN %(spaces)s"
-        statement = self._sql.job_stats.format(where=where)
+        # Counts from the kept totals; due jobs, the oldest and lapsed leases from the waiting and running rows
+        # through `job_due` (schema/totals.py, stats_read): nothing here grows with the finished history.
+        statement = totals.stats_read(self._store.prefix, where)
         rows = await self._store.run(lambda conn: conn.fetch(statement, {"now": now, "spaces": spaces}))
-        return QueueStats.from_groups(
-            now,
-            (
-                (int(space), as_text(action), as_text(status), int(count), int(due or 0),
-                 None if oldest is None else int(oldest), int(lapsed or 0))
-                for space, action, status, count, due, oldest, lapsed in rows
-            ),
-        )  # fmt: skip
+        found: dict[tuple[int, str], dict[str, int | None]] = {}
+        for kind, space, action, value in rows:
+            group = found.setdefault((int(space), as_text(action)), {})
+            group[as_text(kind)] = None if value is None else int(value)
+        groups: list[tuple[int, str, str, int, int, int | None, int]] = []
+        for (space, action), values in found.items():
+            due = max(0, (values.get("pending") or 0) - (values.get("later") or 0))
+            groups += [(space, action, status, values.get(status) or 0, 0, None, 0) for status in STATUSES]
+            groups.append((space, action, "pending", 0, due, values.get("oldest"), values.get("lapsed") or 0))
+        return QueueStats.from_groups(now, groups)
 
     async def finished_counts(
         self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000

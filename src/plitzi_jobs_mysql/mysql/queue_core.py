@@ -15,13 +15,16 @@ from ..contract.clock import RESYNC_MS, InjectedClock, QueueClock, create_store_
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..errors import StoreUnavailableError
 from .schema.state import table_names
+from .schema.totals import FOLD_BATCH
 from .session import Connection, MysqlStore, is_conflict
+from .totals_fold import TotalsDrift, fold_totals, totals_drift
 
 # The queue's logger, whichever of its modules logs.
 log = logging.getLogger("plitzi_jobs_mysql.mysql.queue")
 
 PURGE_EVERY_MS = 60_000
 PURGE_BATCH = 1000
+FOLD_BATCHES_PER_PASS = 5
 # A claim looks for lapsed leases (a read that steps over every running row) only when its pending read came back
 # short of a full block (the backlog is almost drained, or the queue is idle: the read costs what it always did),
 # and otherwise at most once per this many ms per queue, or a tenth of the claim's lease if that is shorter. So
@@ -121,3 +124,22 @@ class QueueCore:
             log.info("removed %d finished jobs older than the retention period", removed)
             if removed >= PURGE_BATCH:
                 self._next_purge_at = now  # more are waiting: take the next batch on the next call
+        await self._fold_totals(now)
+
+    async def _fold_totals(self, now: int) -> None:
+        """The job totals' bounded fold, with the purge: a failure only leaves more deltas for the next pass."""
+        # A few batches per pass: a burst (a million jobs enqueued in a minute) leaves as many deltas, and every
+        # read sums what is not folded yet.
+        for _ in range(FOLD_BATCHES_PER_PASS):
+            try:
+                folded = await self._store.run(lambda conn: fold_totals(conn, self._store.prefix))
+            except (pymysql.err.MySQLError, StoreUnavailableError) as error:
+                log.debug("folding the job totals failed (%s); the next pass tries again", error)
+                return
+            if folded < FOLD_BATCH:
+                return
+        self._next_purge_at = now  # more deltas than one pass takes: the next call folds on
+
+    async def totals_drift(self) -> TotalsDrift:
+        """Recounts every job and compares with the kept totals (`stats --verify`): empty when they are exact."""
+        return await self._store.run(lambda conn: totals_drift(conn, self._store.prefix))

@@ -30,7 +30,15 @@ from . import packet
 from .flavour import CAUSAL_WAIT, GROUP_CONSISTENCY, Flavour, flavour_of
 from .schema.state import ABSENT, UNRECORDED, SchemaState, check_prefix, mysql_job_schema_statements, schema_state
 from .schema.tables import table_names
-from .statements import CLUSTER_PROBE, CURRENT_DATABASE, SCHEMA_COLUMNS, SCHEMA_TABLES, Statements, statements_for
+from .statements import (
+    CLUSTER_PROBE,
+    CURRENT_DATABASE,
+    SCHEMA_COLUMNS,
+    SCHEMA_TABLES,
+    Statements,
+    statements_for,
+)
+from .totals_setup import ensure_totals
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +233,7 @@ class MysqlStore:
         self.prefix = check_prefix(table_prefix)
         self.sql: Statements = statements_for(self.prefix)
         self.create_tables = create_tables
+        self.listing_indexes = False  # the jobs table has both listing indexes (read on first use)
         self._ready = False
         self.statement_prefix = ""
         self.flavour = Flavour(mariadb=True, galera=False)  # until first use reads the server's
@@ -276,6 +285,8 @@ class MysqlStore:
                          ", ".join(t.name for t in state.tables if t.found == UNRECORDED))  # fmt: skip
             if self.create_tables:
                 await self._create_missing_tables(conn, state)
+            if all(table.found != ABSENT for table in state.tables) or self.create_tables:
+                await self._ensure_totals(conn, ddl=self.create_tables)
             galera, group = await self._cluster(conn)
             self.flavour = flavour_of(version, galera, group)
             if self.flavour.galera:
@@ -346,10 +357,14 @@ class MysqlStore:
 
     async def _create_missing_tables(self, conn: Connection, state: SchemaState) -> None:
         """Only what is missing: no DDL (and no metadata lock) at all once the tables exist."""
-        for table, statement in zip(state.tables, mysql_job_schema_statements(self.prefix), strict=True):
+        for table, statement in zip(state.tables, mysql_job_schema_statements(self.prefix)[: len(state.tables)],
+                                    strict=True):  # fmt: skip
             if table.found == ABSENT:
                 log.info("creating table %s", table.name)
                 await conn.write(statement)
+
+    async def _ensure_totals(self, conn: Connection, *, ddl: bool) -> None:
+        self.listing_indexes = await ensure_totals(conn, self.prefix, ddl=ddl)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:

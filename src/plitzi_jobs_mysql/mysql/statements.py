@@ -130,6 +130,7 @@ class Statements:
     claim_lapsed_candidates: str
     claim_pending: str
     claim_lapsed: str
+    took_dead: str
     claimed_jobs: str
     dead_by_loss: str
     renew_leases: str
@@ -138,8 +139,6 @@ class Statements:
     settle_succeeded: str
     get_job: str
     list_jobs: str
-    count_jobs: str
-    job_stats: str
     finished_counts: str
     requeue: str
     cancel_pending_job: str
@@ -261,11 +260,12 @@ def statements_for(prefix: str) -> Statements:
             "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
             "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
             f"claimed_at = IF(status = 'dead', claimed_at, {NEXT_CLAIM}), "
-            # The OK packet's insert id tells a takeover (2) from a death (1): a dead job is no claim won, and
-            # its slot goes to the next candidate (issue 18.5).
+            # The OK packet's insert id tells a takeover (2) from a death (1) — unless a trigger's INSERT replaced
+            # it (then `took_dead` reads the row): a dead job is no claim won, its slot goes to the next candidate.
             f"updated_at = IF(LAST_INSERT_ID(IF(status = 'dead', {TAKE_DIED}, {TAKE_WON})) > 0, %(now)s, %(now)s) "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
+        took_dead=f"SELECT status = 'dead' FROM {jobs} {BY_SEQ} WHERE seq = %(seq)s",
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
         # Read only when a claim won a row it did not get back: no worker holds such a job, so the claim reports it.
         dead_by_loss=(
@@ -313,17 +313,9 @@ def statements_for(prefix: str) -> Statements:
             "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'{claim}"
         ),
         get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
-        list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
+        # `{index}`: a hint where the optimizer would take a space's rows by `ref` and sort them (a cursor's range).
+        list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs}{{index}} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
         "LIMIT %s OFFSET %s",
-        count_jobs=f"SELECT COUNT(*) FROM {jobs} WHERE {{where}}",
-        # Per space, action and status: count, due pending jobs, the oldest due run_at, running jobs whose lease
-        # lapsed. A scan of the spaces' jobs: an operator's command, not a worker's path.
-        job_stats=(
-            f"SELECT space_id, action_id, status, COUNT(*), SUM(status = 'pending' AND run_at <= %(now)s), "
-            f"MIN(CASE WHEN status = 'pending' AND run_at <= %(now)s THEN run_at END), "
-            f"SUM(status = 'running' AND lease_until < %(now)s) FROM {jobs} WHERE {{where}} "
-            "GROUP BY space_id, action_id, status"
-        ),
         # Through `job_due` (status, run_at): a finished job's run_at is the instant it finished, so the window is one
         # index range per terminal status, whatever the table holds outside it. It costs what the window holds (the
         # dashboard asks for a closed bucket once and recounts only the current one: web/activity.py).

@@ -18,6 +18,7 @@ loaded through the `pytest11` entry point) adds the fixtures `plitzi_mysql_url`,
 from typing import TYPE_CHECKING, Any
 
 from .server import LocalMysqlServer, fresh_database, load_time_zones, mysql_server_url
+from .totals import assert_totals_exact
 
 if TYPE_CHECKING:
     from .contract import ClockStepContract, JobQueueContract, KvContract
@@ -27,6 +28,7 @@ __all__ = [
     "JobQueueContract",
     "KvContract",
     "LocalMysqlServer",
+    "assert_totals_exact",
     "fresh_database",
     "load_time_zones",
     "mysql_server_url",

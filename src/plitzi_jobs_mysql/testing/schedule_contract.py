@@ -133,6 +133,41 @@ class OperatorContract:
         assert (await queue.list_jobs(space_ids=[1, 2])).total == 6
         assert (await queue.list_jobs(space_ids=[])).total == 0
 
+    async def test_list_jobs_pages_with_a_cursor_like_offset_does(self, queue: JobQueue, advance: Advance) -> None:
+        for n in range(7):
+            await queue.enqueue(job(f"j{n}", action_id="even" if n % 2 == 0 else "odd"))
+            if n % 3 == 0:
+                await advance(1)  # some share an updated_at, so ties are broken the same way too
+        await queue.enqueue(job("elsewhere", space_id=2))
+        everything = [j.id for j in (await queue.list_jobs(space_ids=[1], limit=50)).jobs]
+        for action in (None, "even"):
+            expected = [j.id for j in (await queue.list_jobs(space_ids=[1], action_id=action, limit=50)).jobs]
+            seen: list[str] = []
+            after: str | None = None
+            for _ in range(10):
+                page = await queue.list_jobs(space_ids=[1], action_id=action, limit=3, after=after)
+                assert page.total == len(expected)
+                seen += [j.id for j in page.jobs]
+                after = page.next_after
+                if after is None:
+                    break
+                assert isinstance(after, str) and len(page.jobs) == 3
+            assert seen == expected
+        assert len(everything) == 7
+        first = await queue.list_jobs(space_ids=[1], limit=3)
+        assert first.next_after is not None
+        by_offset = await queue.list_jobs(space_ids=[1], limit=3, offset=3)
+        by_cursor = await queue.list_jobs(space_ids=[1], limit=3, after=first.next_after)
+        assert [j.id for j in by_cursor.jobs] == [j.id for j in by_offset.jobs] == everything[3:6]
+        assert (await queue.list_jobs(space_ids=[1], limit=50)).next_after is None  # not a full page
+        for bad in ("nonsense", "k1.!!", "k1." + "A" * 100):
+            with pytest.raises(ValueError, match="after"):
+                await queue.list_jobs(space_ids=[1], after=bad)
+        with pytest.raises(TypeError, match="after"):
+            await queue.list_jobs(space_ids=[1], after=3)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="after"):
+            await queue.list_jobs(space_ids=[1], offset=3, after=first.next_after)
+
     async def test_get_job_answers_only_within_the_listed_spaces(self, queue: JobQueue) -> None:
         await queue.enqueue(job(space_id=7))
         assert await queue.get_job([1], "job-1") is None

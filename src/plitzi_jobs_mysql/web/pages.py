@@ -89,6 +89,7 @@ async def _find(d: Dashboard, filters: params.JobFilters) -> JobPage:
     return await d.queue.list_jobs(
         space_ids=spaces,  # type: ignore[arg-type]  # None: every space (both stores take it)
         action_id=filters.action, status=filters.status, limit=filters.limit, offset=filters.offset,
+        after=filters.after,
     )  # fmt: skip
 
 
@@ -98,12 +99,17 @@ async def jobs(request: Request) -> Response:
     now = await _now(d)
     page = await _find(d, filters)
     shown_to = filters.offset + len(page.jobs)
+    # Older pages by the keyset cursor (page 1,000 costs what page 1 does); newer ones from the newest again.
     previous = filters.query(offset=max(filters.offset - filters.limit, 0) or None) if filters.offset else None
-    following = filters.query(offset=shown_to) if shown_to < page.total else None
+    if filters.after is not None:
+        previous = filters.query(after=None)
+    more = page.next_after is not None and (filters.after is not None or shown_to < page.total)
+    following = filters.query(offset=None, after=page.next_after) if more else None
     return d.render(
         request, "jobs.html", title="Jobs", nav="jobs", now=instant(now, now), filters=filters, page=page,
         rows=[job_row(j, now) for j in page.jobs], statuses=status_order(), previous=previous, following=following,
         shown_from=filters.offset + 1 if page.jobs else 0, shown_to=shown_to, page_max=params.PAGE_MAX,
+        after=filters.after,
     )  # fmt: skip
 
 

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..contract import validation as check
+from ..contract.cursor import decode_after
 from ..records import JOB_STATUSES, TERMINAL_STATUSES, JobStatus
 
 PAGE_DEFAULT: Final = 50
 PAGE_MAX: Final = 200  # rows on one page
-OFFSET_MAX: Final = 1_000_000  # deeper pages go by filters (or, once the queue has it, the keyset cursor)
+OFFSET_MAX: Final = 1_000_000  # deeper pages go by the keyset cursor (`after`), as the pager's links do
 STATUSES: Final = tuple(status.value for status in JobStatus)
 
 
@@ -80,12 +81,14 @@ class JobFilters:
     id: str | None
     limit: int
     offset: int
+    after: str | None = None  # the queue's keyset cursor (JobPage.next_after): the page after it
 
     def query(self, **changes: object) -> dict[str, str]:
         """These filters as query parameters (empty ones left out), with `changes` applied."""
         values: dict[str, object] = {
             "space": self.space, "action": self.action, "status": self.status, "id": self.id,
             "limit": None if self.limit == PAGE_DEFAULT else self.limit, "offset": self.offset or None,
+            "after": self.after,
         }  # fmt: skip
         values.update(changes)
         return {name: str(value) for name, value in values.items() if value is not None and value != ""}
@@ -99,7 +102,20 @@ def job_filters(query: Mapping[str, str], scope: Sequence[int] | None) -> JobFil
         id=identifier(query, "id"),
         limit=integer(query, "limit", default=PAGE_DEFAULT, low=1, high=PAGE_MAX),
         offset=integer(query, "offset", default=0, low=0, high=OFFSET_MAX),
+        after=cursor(query),
     )
+
+
+def cursor(query: Mapping[str, str]) -> str | None:
+    """A keyset cursor the queue made, checked by its own rule (contract/cursor.py) before any call."""
+    text = _one(query, "after")
+    if text is None:
+        return None
+    try:
+        decode_after(text, _one(query, "offset") not in (None, "0"))
+    except ValueError as error:
+        raise BadRequest(str(error)) from None
+    return text
 
 
 @dataclass(frozen=True)

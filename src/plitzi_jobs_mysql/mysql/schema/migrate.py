@@ -30,6 +30,7 @@ from .state import (
     schema_state,
 )
 from .tables import SCHEMA_VERSION, table_names
+from .totals import totals_statements
 from .upgrades import LOCK_WAIT_S, kept_originals, lock_is_free, release_lock, take_lock
 
 #: `create_mysql_job_queue`'s default `retention_days`: what the first claim purges past, unless told otherwise.
@@ -127,6 +128,13 @@ def run_migration(
             for statement in mysql_job_schema_statements(prefix) + mysql_job_schema_upgrades(prefix):
                 cur.execute(statement)
         after = read_state(conn, prefix)
+        if after.up_to_date:
+            # Only on this package's own jobs table: a trigger moves with its table, and the TypeScript original's
+            # would carry them off to `_old` when step 1 swaps it out (totals.py).
+            with conn.cursor() as cur, warnings.catch_warnings():
+                warnings.simplefilter("ignore", pymysql.Warning)
+                for statement in totals_statements(prefix):
+                    cur.execute(statement)
     finally:
         _fetch(conn, release_lock(prefix))
     if not after.up_to_date:

@@ -21,6 +21,7 @@ from .tables import (
     marker_version,
     table_names,
 )
+from .totals import totals_table
 from .upgrades import upgrade_statements
 
 __all__ = [
@@ -43,7 +44,9 @@ def mysql_job_schema_statements(prefix: str = "") -> list[str]:
     Each table is created carrying its version record (its COMMENT), so nothing else needs to run on a fresh
     database.
     """
-    return [ddl(name) for ddl, name in zip(CURRENT_DDL, table_names(prefix).all(), strict=True)]
+    # The job totals' table too (its triggers come with the upgrades or first use: schema/totals.py).
+    return [*(ddl(name) for ddl, name in zip(CURRENT_DDL, table_names(prefix).all(), strict=True)),
+            totals_table(prefix)]  # fmt: skip
 
 
 def mysql_job_schema_upgrades(prefix: str = "") -> list[str]:

@@ -23,7 +23,7 @@ _PREFIX = re.compile(r"[A-Za-z0-9_]*")
 PREFIX_MAX_CHARS = 64 - len("action_schedules")
 
 #: The schema this release runs on. A new step in `upgrades.py` raises it.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MARKER_TEXT = "plitzi_jobs_mysql schema "
 _MARKER = re.compile(re.escape(MARKER_TEXT) + r"(\d+)")
 _OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
@@ -147,6 +147,8 @@ def kv_v1(name: str, version: int = 1) -> str:
 #: claim order within each priority (`job_due` stays for the finished ranges, which are by status and run_at).
 PRIORITY_COLUMN = "`priority` TINYINT NOT NULL DEFAULT 0"
 CLAIM_INDEX = "`job_claim` (`status`, `priority`, `run_at`)"
+#: The index the totals' step adds: a space's jobs of one status, newest first (list_jobs with a status filter).
+SPACE_STATUS_RECENT = "KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`)"
 
 
 def jobs_current(name: str) -> str:
@@ -155,6 +157,7 @@ def jobs_current(name: str) -> str:
     ddl = ddl.replace(
         "  KEY `job_due` (`status`, `run_at`),\n", f"  KEY `job_due` (`status`, `run_at`),\n  KEY {CLAIM_INDEX},\n"
     )
+    ddl = ddl.replace("  KEY `job_space_key`", f"  {SPACE_STATUS_RECENT},\n  KEY `job_space_key`")
     return ddl.replace(f"COMMENT='{marker(1)}'", f"COMMENT='{marker(SCHEMA_VERSION)}'")
 
 

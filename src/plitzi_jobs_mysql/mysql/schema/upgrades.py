@@ -24,12 +24,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..statements import TERMINAL
+from . import totals
 from .tables import (
     CLAIM_INDEX,
     CURRENT_LAYOUTS,
     MARKER_TEXT,
     PRIORITY_COLUMN,
     SCHEMA_VERSION,
+    SPACE_STATUS_RECENT,
     TS_LAYOUTS,
     V1_LAYOUTS,
     Tables,
@@ -221,6 +223,38 @@ def _priorities_step(version: int) -> Callable[[str], list[str]]:
     return statements
 
 
+# -- the totals step: exact job counts per space, action and status ----------------------------------------
+
+#: The schema version the totals step brings the tables to.
+TOTALS_VERSION = 3
+
+
+def totals_step(version: int) -> Callable[[str], list[str]]:
+    """The job totals (schema/totals.py) as the step that brings the tables from `version - 1` to `version`: their
+    table, then the index and the version record in one online ALTER. The triggers and the backfill (one consistent
+    read under READ COMMITTED that locks no job, exact whenever it runs after the triggers) come from the runner once
+    the tables are current (`totals.totals_statements`): CREATE TRIGGER cannot be guarded here."""
+
+    def statements(prefix: str) -> list[str]:
+        tables = table_names(prefix)
+        before, after = marker(version - 1), marker(version)
+        steps = [totals.totals_table(prefix)]
+        # Tables made by this release and stamped afresh (no record before) have the index already.
+        indexed = (
+            "(SELECT COUNT(*) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = "
+            f"{_text(tables.jobs)} AND INDEX_NAME = 'job_space_status_recent') > 0"
+        )
+        steps += _guarded(
+            f"{_comment(tables.jobs)} = '{before}' AND NOT {indexed}",
+            f"ALTER TABLE `{tables.jobs}` ADD {SPACE_STATUS_RECENT}, COMMENT = '{after}'",
+        )
+        for table in (tables.jobs, tables.schedules, tables.kv):
+            steps += _guarded(f"{_comment(table)} = '{before}'", f"ALTER TABLE `{table}` COMMENT = '{after}'")
+        return steps
+
+    return statements
+
+
 def priorities_downgrade(prefix: str = "", version: int = PRIORITIES_VERSION) -> list[str]:
     """The priorities step undone (an Alembic downgrade): the jobs' priorities are lost, nothing else."""
     t = table_names(prefix)
@@ -239,6 +273,11 @@ STEPS: tuple[Step, ...] = (
         PRIORITIES_VERSION,
         "job priorities: the `priority` column and the `job_claim` index",
         _priorities_step(PRIORITIES_VERSION),
+    ),
+    Step(
+        TOTALS_VERSION,
+        "exact job totals per space, action and status, kept by triggers; the status index",
+        totals_step(TOTALS_VERSION),
     ),
 )
 

@@ -1,0 +1,197 @@
+"""Exact job totals per (space, action, status) without counting rows at read time.
+
+Every status change of a job row is recorded by the server itself: AFTER INSERT / UPDATE / DELETE triggers on the
+jobs table append delta rows (+1 for the new status, -1 for the old) to `{prefix}action_totals`, inside the very
+statement that changed the job. So the totals cannot drift through kills, cut connections, retried statements,
+purges, requeues, the schedule sweep or any transition added later (a caller's transaction included: its deltas
+commit or roll back with it), and no status-changing statement has anything to call.
+
+Why deltas rather than counter rows updated in place: claims run with no lock wait at all (flavour.py: a held row
+is a lost race), so a counter row that another claim's statement holds would fail claims that never collided on a
+job. An appended row takes no lock anyone else wants: its key is UUID_SHORT() (no AUTO-INC lock either, which
+MariaDB's default innodb_autoinc_lock_mode = 1 takes for INSERT ... SELECT).
+
+A read sums the table; `fold` keeps it short (a bounded pass folds the oldest deltas into one row per group, in a
+transaction under READ COMMITTED, so no gap lock stops the triggers' inserts meanwhile). The row with delta_id 1 and an
+empty status records that the backfill ran.
+
+The trigger bodies are single statements (no `;` inside, so the `mariadb`/`mysql` client runs sql/*.sql as is).
+Creating triggers needs the TRIGGER privilege and, on a server that writes a binary log, SUPER (or
+log_bin_trust_function_creators = 1). CREATE TRIGGER cannot be PREPAREd on MySQL, so no upgrade statement can guard
+it: the migration runners (`migrate`, the Alembic helpers, first use) create the triggers and backfill once the
+tables are current (`totals_statements`); the upgrade step itself creates the table and changes the version.
+"""
+
+from __future__ import annotations
+
+from .tables import check_prefix, table_names
+
+_OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+TOTALS_COMMENT = "plitzi_jobs_mysql job totals (deltas, folded)"
+BACKFILLED_ID = 1  # the row that says the backfill ran (status '')
+#: How many deltas one fold pass takes at most.
+FOLD_BATCH = 20_000
+
+
+def totals_name(prefix: str = "") -> str:
+    return f"{check_prefix(prefix)}action_totals"
+
+
+def trigger_names(prefix: str = "") -> tuple[str, str, str]:
+    jobs = table_names(prefix).jobs
+    return (f"{jobs}_totals_ins", f"{jobs}_totals_upd", f"{jobs}_totals_del")
+
+
+def totals_table(prefix: str = "") -> str:
+    return f"""CREATE TABLE IF NOT EXISTS `{totals_name(prefix)}` (
+  `delta_id` BIGINT UNSIGNED NOT NULL,
+  `space_id` BIGINT NOT NULL,
+  `action_id` VARBINARY(764) NOT NULL,
+  `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+  `n` BIGINT NOT NULL,
+  PRIMARY KEY (`delta_id`)
+) {_OPTIONS} COMMENT='{TOTALS_COMMENT}'"""
+
+
+def _row(side: str, n: int) -> str:
+    return f"SELECT UUID_SHORT(), {side}.space_id, {side}.action_id, {side}.status, {n}"
+
+
+def totals_triggers(prefix: str = "") -> list[str]:
+    """The three triggers that record every status change as deltas (IF NOT EXISTS: rerunning is harmless)."""
+    jobs, totals = table_names(prefix).jobs, totals_name(prefix)
+    ins, upd, dele = trigger_names(prefix)
+    into = f"INSERT INTO `{totals}` (delta_id, space_id, action_id, status, n) "
+    moved = "NOT (OLD.status <=> NEW.status AND OLD.space_id <=> NEW.space_id AND OLD.action_id <=> NEW.action_id)"
+    return [
+        f"CREATE TRIGGER IF NOT EXISTS `{ins}` AFTER INSERT ON `{jobs}` FOR EACH ROW "
+        f"{into}VALUES (UUID_SHORT(), NEW.space_id, NEW.action_id, NEW.status, 1)",
+        # A heartbeat or a cancel request changes no status: nothing is written for it.
+        f"CREATE TRIGGER IF NOT EXISTS `{upd}` AFTER UPDATE ON `{jobs}` FOR EACH ROW "
+        f"{into}{_row('OLD', -1)} FROM DUAL WHERE {moved} UNION ALL {_row('NEW', 1)} FROM DUAL WHERE {moved}",
+        f"CREATE TRIGGER IF NOT EXISTS `{dele}` AFTER DELETE ON `{jobs}` FOR EACH ROW "
+        f"{into}VALUES (UUID_SHORT(), OLD.space_id, OLD.action_id, OLD.status, -1)",
+    ]
+
+
+def totals_backfill(prefix: str = "") -> str:
+    """Counts the jobs once, in one consistent read, minus the deltas that read already sees: whatever the
+    triggers recorded before that snapshot is then not counted twice, and what they record after it adds on. Run
+    with the triggers in place; a no-op once the backfill row exists. Run it under READ COMMITTED: INSERT ...
+    SELECT then reads the jobs without locking them, so writers never wait on it."""
+    jobs, totals = table_names(prefix).jobs, totals_name(prefix)
+    # The guard sits in each inner WHERE: a constant the optimizer reads first, so a done backfill scans nothing.
+    undone = f"NOT EXISTS (SELECT 1 FROM `{totals}` WHERE delta_id = {BACKFILLED_ID})"
+    return (
+        f"INSERT INTO `{totals}` (delta_id, space_id, action_id, status, n) "
+        f"SELECT UUID_SHORT(), space_id, action_id, status, SUM(n) FROM ("
+        f"SELECT space_id, action_id, status, COUNT(*) AS n FROM `{jobs}` WHERE {undone} "
+        "GROUP BY space_id, action_id, status "
+        f"UNION ALL SELECT space_id, action_id, status, -SUM(n) FROM `{totals}` WHERE status <> '' AND {undone} "
+        "GROUP BY space_id, action_id, status) AS counted "
+        "GROUP BY space_id, action_id, status HAVING SUM(n) <> 0 "
+        f"UNION ALL SELECT {BACKFILLED_ID}, 0, '', '', 0 FROM DUAL WHERE {undone}"
+    )
+
+
+def backfill_statements(prefix: str = "") -> list[str]:
+    """The backfill as a session runs it: under READ COMMITTED for that one statement."""
+    return ["SET TRANSACTION ISOLATION LEVEL READ COMMITTED", totals_backfill(prefix)]
+
+
+def create_statements(prefix: str = "") -> list[str]:
+    """Everything the totals need on a jobs table of this package: the table, the triggers, the backfill."""
+    return [totals_table(prefix), *totals_triggers(prefix), *backfill_statements(prefix)]
+
+
+def totals_statements(prefix: str = "") -> list[str]:
+    """For a migration runner once the tables are current (this package's own): the triggers, then the backfill.
+    Harmless to rerun. Not part of the upgrade list: CREATE TRIGGER cannot be guarded there (MySQL cannot PREPARE
+    it), and on the TypeScript original's table, kept in place when its copy is abandoned, a trigger would follow
+    the table to `_old` when a later run swaps it out."""
+    return [totals_table(prefix), *totals_triggers(prefix), *backfill_statements(prefix)]
+
+
+def drop_statements(prefix: str = "") -> list[str]:
+    return [*(f"DROP TRIGGER IF EXISTS `{name}`" for name in trigger_names(prefix)),
+            f"DROP TABLE IF EXISTS `{totals_name(prefix)}`"]  # fmt: skip
+
+
+# -- reads, the fold and the drift check --------------------------------------------------------------------
+
+
+# The totals' triggers in place, their table there, and the jobs table's listing indexes (a table made before
+# tables carried a version record is used as it is, and lacks the status index until `migrate`).
+TOTALS_READY = (
+    "SELECT (SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME "
+    "IN %s), (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s), "
+    "(SELECT COUNT(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
+    "AND TABLE_NAME = %s AND INDEX_NAME IN ('job_space_recent', 'job_space_status_recent'))"
+)
+
+
+def backfilled(prefix: str) -> str:
+    return f"SELECT COUNT(*) FROM `{totals_name(prefix)}` WHERE delta_id = {BACKFILLED_ID}"
+
+
+def totals_read(prefix: str, where: str) -> str:
+    """Totals per space, action and status for a `{where}` over space_id, action_id, status."""
+    return (
+        f"SELECT space_id, action_id, status, SUM(n) AS n FROM `{totals_name(prefix)}` WHERE status <> '' AND {where} "
+        "GROUP BY space_id, action_id, status HAVING SUM(n) <> 0"
+    )
+
+
+def total_read(prefix: str, where: str) -> str:
+    return f"SELECT COALESCE(SUM(n), 0) FROM `{totals_name(prefix)}` WHERE status <> '' AND {where}"
+
+
+def stats_read(prefix: str, where: str) -> str:
+    """`stats()` in one statement (one snapshot), none of it growing with the finished history: (kind, space_id,
+    action_id, value) rows where kind is a status (its kept total), 'later' (pending jobs not yet due: the due ones
+    are the pending total less these), 'lapsed' (running jobs past their lease) or 'oldest' (a group's oldest due
+    run_at: one probe of `job_due` per group with pending jobs, from the oldest due job on)."""
+    jobs, totals = table_names(prefix).jobs, totals_name(prefix)
+    return (
+        f"SELECT status, space_id, action_id, SUM(n) FROM `{totals}` WHERE status <> '' AND {where} "
+        "GROUP BY space_id, action_id, status HAVING SUM(n) <> 0 "
+        f"UNION ALL SELECT 'later', space_id, action_id, COUNT(*) FROM `{jobs}` FORCE INDEX (job_due) "
+        f"WHERE status = 'pending' AND run_at > %(now)s AND {where} GROUP BY space_id, action_id "
+        f"UNION ALL SELECT 'lapsed', space_id, action_id, COUNT(*) FROM `{jobs}` FORCE INDEX (job_due) "
+        f"WHERE status = 'running' AND lease_until < %(now)s AND {where} GROUP BY space_id, action_id "
+        "UNION ALL SELECT 'oldest', g.space_id, g.action_id, "
+        f"(SELECT j.run_at FROM `{jobs}` AS j FORCE INDEX (job_due) WHERE j.status = 'pending' AND j.run_at <= %(now)s "
+        "AND j.space_id = g.space_id AND j.action_id = g.action_id ORDER BY j.run_at LIMIT 1) "
+        f"FROM (SELECT space_id, action_id FROM `{totals}` WHERE status = 'pending' AND {where} "
+        "GROUP BY space_id, action_id HAVING SUM(n) > 0) AS g"
+    )
+
+
+def fold_candidates(prefix: str) -> str:
+    return f"SELECT delta_id, space_id, action_id, status, n FROM `{totals_name(prefix)}` WHERE status <> '' LIMIT %s"
+
+
+def fold_delete(prefix: str) -> str:
+    return f"DELETE FROM `{totals_name(prefix)}` WHERE delta_id IN %s"
+
+
+def fold_insert(prefix: str) -> str:
+    return f"INSERT INTO `{totals_name(prefix)}` (delta_id, space_id, action_id, status, n) VALUES "
+
+
+def recount(prefix: str) -> str:
+    """What the totals should say, counted from the rows: the drift check's truth."""
+    jobs = table_names(prefix).jobs
+    return f"SELECT space_id, action_id, status, COUNT(*) AS n FROM `{jobs}` GROUP BY space_id, action_id, status"
+
+
+def drift_query(prefix: str = "") -> str:
+    """(space, action, status, kept, counted) wherever the kept totals and a recount disagree: one statement, so
+    both sides are read in one snapshot and writers running meanwhile cannot show up as drift."""
+    kept, counted = totals_read(prefix, "1 = 1"), recount(prefix)
+    return (
+        "SELECT space_id, action_id, status, SUM(kept), SUM(counted) FROM ("
+        f"SELECT space_id, action_id, status, n AS kept, 0 AS counted FROM ({kept}) AS k UNION ALL "
+        f"SELECT space_id, action_id, status, 0, n FROM ({counted}) AS c"
+        ") AS both_sides GROUP BY space_id, action_id, status HAVING SUM(kept) <> SUM(counted)"
+    )
