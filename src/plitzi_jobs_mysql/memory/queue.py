@@ -6,7 +6,7 @@ import heapq
 import itertools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,23 +15,24 @@ from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
 from ..contract.events import Emitter, dead_by_loss
+from ..contract.limits import limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..records import (
     LOST_ERROR,
     TERMINAL_STATUSES,
+    ActionLimit,
     Attempt,
     AttemptOutcome,
-    FinishedCount,
     Job,
     JobInput,
     JobPage,
-    JobStatus,
-    QueueStats,
     Schedule,
     ScheduleInput,
     SucceededJob,
 )
+from .limits import MemoryLimits
+from .operator_reads import MemoryOperatorReads
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
 
@@ -56,7 +57,7 @@ _Entry_ = tuple[int, int, int, _Row]
 
 
 @dataclass
-class MemoryJobQueue:
+class MemoryJobQueue(MemoryOperatorReads):
     """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
 
     retain_finished: int
@@ -70,6 +71,7 @@ class MemoryJobQueue:
     # stale entries are skipped when they come up, and the heaps are rebuilt if they outgrow the jobs.
     _ready: list[_Entry_] = field(default_factory=list)
     _leases: list[_Entry_] = field(default_factory=list)
+    _limits: MemoryLimits = field(default_factory=MemoryLimits)
     #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
     wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
     wakeup_topic: str = ""
@@ -172,8 +174,11 @@ class MemoryJobQueue:
             self.wakeups.notify(self.wakeup_topic)
         return answers
 
-    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
+    async def claim(
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None
+    ) -> list[Job]:
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
+        limited, refused = limits_arg(limits), list[_Entry_]()
         at = self._now()
         # Lapsed leases join the pending jobs, to be taken in the same oldest-run_at-first order.
         while self._leases and self._leases[0][0] < at:
@@ -192,6 +197,9 @@ class MemoryJobQueue:
             if job.status == "running" and (job.lease_until or 0) >= at:
                 # Found lapsed by an earlier claim, but the clock has stepped back since: under its lease again.
                 heapq.heappush(self._leases, (job.lease_until or 0, row.seq, version, row))
+                continue
+            if limited and not self._limits.admits(job, limited, at, self._holds):
+                refused.append((run_at, row.seq, version, row))  # over its limit: waits as it was, for a later claim
                 continue
             if job.status == "running":
                 lost = Attempt(
@@ -226,9 +234,17 @@ class MemoryJobQueue:
                 # Always after the job's previous claim, so two claims never share an instant (see `settle`).
                 claimed_at=at if job.claimed_at is None else max(at, job.claimed_at + 1),
             )
+            self._limits.started(row.job, limited, at)
             taken.append(self._snapshot(row))
+        for entry in refused:
+            heapq.heappush(self._ready, entry)
         self._evict()
         return taken
+
+    def _holds(self, job_id: str, worker_id: str, claimed_at: int, at: int) -> bool:
+        job = row.job if (row := self._jobs.get(job_id)) else None
+        live = job is not None and job.status == "running" and (job.lease_until or 0) >= at
+        return live and job.worker_id == worker_id and job.claimed_at == claimed_at  # type: ignore[union-attr]
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = check.heartbeat_args(job_ids=job_ids, worker_id=worker_id, lease_ms=lease_ms)
@@ -337,38 +353,6 @@ class MemoryJobQueue:
         ]
         matching.sort(key=lambda r: (r.job.updated_at, r.seq), reverse=True)
         return JobPage(jobs=[self._snapshot(r) for r in matching[offset : offset + limit]], total=len(matching))
-
-    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
-        spaces = check.space_ids_or_all(space_ids)
-        now = self._now()
-        jobs = [r.job for r in self._jobs.values() if spaces is None or r.job.space_id in spaces]
-        groups = []
-        for job in jobs:
-            due = job.status == JobStatus.PENDING and job.run_at <= now
-            lapsed = job.status == JobStatus.RUNNING and job.lease_until is not None and job.lease_until < now
-            groups.append(
-                (job.space_id, job.action_id, job.status, 1, int(due), job.run_at if due else None, int(lapsed))
-            )
-        return QueueStats.from_groups(now, groups)
-
-    async def finished_counts(
-        self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000
-    ) -> list[FinishedCount]:
-        spaces = check.finished_counts_args(space_ids, since, until, bucket_ms)
-        counts: dict[tuple[int, int, str, str], int] = {}
-        for row in self._jobs.values():
-            job = row.job  # a finished job's run_at is the instant it finished
-            if (
-                job.status in TERMINAL_STATUSES
-                and since <= job.run_at < until
-                and (spaces is None or job.space_id in spaces)
-            ):
-                group = (job.run_at // bucket_ms * bucket_ms, job.space_id, job.action_id, job.status)
-                counts[group] = counts.get(group, 0) + 1
-        return [
-            FinishedCount(space_id=space, action_id=action, status=status, bucket_at=at, count=count)
-            for (at, space, action, status), count in sorted(counts.items())
-        ]
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)

@@ -1,0 +1,56 @@
+"""The memory queue's fleet-wide limits (rules: contract/limits.py): per group, the claims holding a slot and the
+ring of recent starts. One event loop runs the memory queue, so a check and its take cannot interleave."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..contract.limits import Group, job_group
+from ..records import ActionLimit, Job
+
+#: Whether the job with this id is still `running` under a live lease by this claim (worker, claimed_at) at `at`.
+HeldBy = Callable[[str, str, int, int], bool]
+
+
+@dataclass
+class MemoryLimits:
+    # group -> (job_id, worker_id, claimed_at) of each slot taken; a holder that no longer runs is dropped lazily.
+    _slots: dict[Group, list[tuple[str, str, int]]] = field(default_factory=dict)
+    _starts: dict[Group, deque[int]] = field(default_factory=dict)
+
+    def admits(self, job: Job, limits: Mapping[str, ActionLimit], at: int, held_by: HeldBy) -> bool:
+        """Whether a claim at `at` may start `job` now (without taking anything)."""
+        found = job_group(job, limits)
+        if found is None:
+            return True
+        group, limit = found
+        if limit.concurrency is not None:
+            holders = [h for h in self._slots.get(group, []) if held_by(h[0], h[1], h[2], at)]
+            self._slots[group] = holders
+            if len(holders) >= limit.concurrency:
+                return False
+        if limit.rate is not None:
+            starts = self._starts.setdefault(group, deque())
+            while starts and starts[0] <= at - limit.per_ms:
+                starts.popleft()
+            if len(starts) >= limit.rate:
+                return False
+        return True
+
+    def started(self, job: Job, limits: Mapping[str, ActionLimit], at: int) -> None:
+        """Records the claim of `job` (as claimed, with its worker and claim instant) that `admits` allowed."""
+        found = job_group(job, limits)
+        if found is None:
+            return
+        group, limit = found
+        if limit.concurrency is not None:
+            self._slots.setdefault(group, []).append((job.id, job.worker_id or "", job.claimed_at or 0))
+        if limit.rate is not None:
+            self._starts.setdefault(group, deque()).append(at)
+
+    def usage(self, group: Group, at: int, per_ms: int, held_by: HeldBy) -> tuple[int, int]:
+        """(slots held, starts in the last `per_ms`) of a group."""
+        running = sum(1 for h in self._slots.get(group, []) if held_by(h[0], h[1], h[2], at))
+        return running, sum(1 for s in self._starts.get(group, ()) if s > at - per_ms)
