@@ -12,21 +12,11 @@ nothing (empty, None, False) for an empty list.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from ..records import (
-    ActionLimit,
-    AttemptOutcome,
-    FinishedCount,
-    Job,
-    JobInput,
-    JobPage,
-    QueueStats,
-    Schedule,
-    ScheduleInput,
-)
+from ..records import AttemptOutcome, FinishedCount, Job, JobInput, JobPage, QueueStats, Schedule, ScheduleInput
 
 
 @runtime_checkable
@@ -48,19 +38,13 @@ class JobQueue(Protocol):
         sequence (a list or tuple); anything else, a generator included, is a `TypeError` and nothing is written."""
         ...
 
-    async def claim(
-        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None
-    ) -> list[Job]:
+    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
         """Takes up to `limit` jobs that are `pending` with `run_at <= now`, or `running` with a lapsed lease,
         oldest `run_at` first (concurrent claimers may spread over the oldest few). Each becomes `running`,
         `attempts + 1`, held by `worker_id` until `now + lease_ms`. A lapsed job gets a `lost` attempt (worker:
         the old holder) and, when it had used `max_attempts`, becomes `dead` instead. Two claimers never receive
         the same job; the cost does not grow with the number of waiting jobs. Each claim sets the job's
-        `claimed_at` to its instant, always later than the job's previous claim (even within a millisecond).
-
-        `limits` (action_id -> `ActionLimit`): jobs of those actions are claimed only within their fleet-wide
-        concurrency and rate (contract/limits.py); one over its limit stays pending untouched. A store without
-        limits may leave the argument out: the runtime passes it only when the worker was given limits."""
+        `claimed_at` to its instant, always later than the job's previous claim (even within a millisecond)."""
         ...
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
