@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..contract.validation import PAYLOAD_MAX_BYTES
 from ..errors import PayloadTooLargeError
+from ..records import JobInput
 
 #: Room in a statement for its SQL text and every other field (ids, names: a few KiB at most).
 STATEMENT_ROOM = 64 * 1024
@@ -47,3 +48,27 @@ def check_fits(name: str, value: str, max_packet: int) -> int:
             f"{PAYLOAD_MAX_BYTES // (1024 * 1024)} MiB) or store less"
         )
     return size
+
+
+# A batch is split so no statement nears the server's max_allowed_packet (learned on first use).
+BATCH_ROWS = 1000
+BATCH_BYTES = 4 * 1024 * 1024
+ROW_ROOM = 2048  # a row's fields other than its input, as sent
+
+
+def batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tuple[JobInput, str]]]:
+    """Rows (job, encoded input, its size as sent) in statements of at most `budget` bytes of input each; a row
+    larger than the budget (it fits a statement alone, `check_fits` said so) goes alone."""
+    batches: list[list[tuple[JobInput, str]]] = []
+    current: list[tuple[JobInput, str]] = []
+    size = 0
+    for job, encoded, sent in rows:
+        weight = sent + ROW_ROOM
+        if current and (len(current) >= BATCH_ROWS or size + weight > budget):
+            batches.append(current)
+            current, size = [], 0
+        current.append((job, encoded))
+        size += weight
+    if current:
+        batches.append(current)
+    return batches

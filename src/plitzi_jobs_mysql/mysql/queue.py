@@ -6,7 +6,7 @@ import asyncio
 import functools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pymysql
@@ -14,23 +14,23 @@ import pymysql
 from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.events import Emitter, dead_by_loss
+from ..contract.limits import limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
-from ..records import LOST_ERROR, AttemptOutcome, Job, JobInput, SucceededJob
+from ..records import LOST_ERROR, ActionLimit, AttemptOutcome, Job, JobInput, SucceededJob
+from .limits import LimitedClaims, Plan
 from .operator_calls import OperatorCalls
-from .packet import room_for_payload
+from .packet import BATCH_BYTES, room_for_payload
+from .packet import batches as _batches
 from .queue_core import log
 from .rows import job_columns, job_from_columns
 from .schedule_calls import ScheduleCalls
 from .session import Connection, as_text, is_conflict, is_duplicate
 
+Limits = Mapping[str, ActionLimit]
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
 
-# A batch is split so no statement nears the server's max_allowed_packet (learned on first use).
-BATCH_ROWS = 1000
-BATCH_BYTES = 4 * 1024 * 1024
-ROW_ROOM = 2048  # a row's fields other than its input, as sent
 # How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
 # loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
 # over the same few rows. The spread relaxes again once claims stop colliding.
@@ -39,25 +39,7 @@ MAX_SPREAD = 64
 CAS_IN_FLIGHT = 8
 
 
-def _batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tuple[JobInput, str]]]:
-    """Rows (job, encoded input, its size as sent) in statements of at most `budget` bytes of input each; a row
-    larger than the budget (it fits a statement alone, `check_fits` said so) goes alone."""
-    batches: list[list[tuple[JobInput, str]]] = []
-    current: list[tuple[JobInput, str]] = []
-    size = 0
-    for job, encoded, sent in rows:
-        weight = sent + ROW_ROOM
-        if current and (len(current) >= BATCH_ROWS or size + weight > budget):
-            batches.append(current)
-            current, size = [], 0
-        current.append((job, encoded))
-        size += weight
-    if current:
-        batches.append(current)
-    return batches
-
-
-class MysqlJobQueue(ScheduleCalls, OperatorCalls):
+class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
     """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
 
     # -- enqueue --------------------------------------------------------------------------------------------
@@ -152,8 +134,11 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
 
     # -- claim, heartbeat, settle ---------------------------------------------------------------------------
 
-    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
+    async def claim(
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None
+    ) -> list[Job]:
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
+        limited = limits_arg(limits)
         if limit == 0:
             return []
         now = self._clock.fresh()
@@ -161,7 +146,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             now = await self._clock.now()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
-        return await self._claim(worker_id, lease_ms, limit, now)
+        return await self._claim(worker_id, lease_ms, limit, now, limited)
 
     async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[tuple[int, int, int]]:
         """Up to 2 × limit pending jobs from `offset` on and, when `_lapsed_read_due`, up to `limit` lapsed
@@ -225,13 +210,16 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
                 raise
             return False  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
 
-    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int) -> list[Job]:
+    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int, limits: Limits) -> list[Job]:
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
         candidates = await self._candidates(limit, now, offset, lease_ms)
         if len(candidates) < limit and offset:
             candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
+        plan = Plan() if limits else None  # limited jobs over their limit are left out (mysql/limits.py)
+        if plan is not None:
+            candidates = await self._within_limits(candidates, limits, limit, now, plan)
         started = time.monotonic_ns()
         won: list[int] = []
         lost = 0
@@ -246,7 +234,10 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
                 batch = waiting[: min(limit - len(won), self._cas_room())]
                 del waiting[: len(batch)]
                 results = await asyncio.gather(
-                    *(self._take(seq, lapsed, worker_id, lease_ms, now, started) for seq, _run_at, lapsed in batch),
+                    *(
+                        self._take_within(plan, seq, lapsed, worker_id, lease_ms, now, started)
+                        for seq, _run_at, lapsed in batch
+                    ),
                     return_exceptions=True,
                 )
                 for (seq, _run_at, _lapsed), result in zip(batch, results, strict=True):
@@ -261,6 +252,8 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             if won or attempt or failure is not None or len(candidates) < 2 * limit:
                 break
             candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
+            if plan is not None:
+                candidates = await self._within_limits(candidates, limits, limit, now, plan)
         self._adapt_spread(lost)
         if failure is not None:
             if not won or not isinstance(failure, Exception):
@@ -272,6 +265,8 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
+        if plan is not None:
+            await self._claimed(plan, [(int(c["seq"]), as_text(c["id"])) for c in map(job_columns, rows)])
         if len(rows) < len(won):
             returned = {int(c["seq"]) for c in map(job_columns, rows)}
             missing = [seq for seq in won if seq not in returned]
@@ -378,6 +373,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         }
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
+        await self._settled([call.job_id])  # the slot its claim took, if any
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
@@ -404,6 +400,7 @@ class MysqlJobQueue(ScheduleCalls, OperatorCalls):
         claim = f" AND claimed_at <=> (CASE id {''.join(claims)}ELSE claimed_at END)" if claims else ""
         sql = self._sql.settle_succeeded.format(run=run, claim=claim)
         await self._store.retrying(lambda conn: conn.write(sql, args))
+        await self._settled([item.job_id for item in items])
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which leases may be waiting on
 

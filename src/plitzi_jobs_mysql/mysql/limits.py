@@ -1,0 +1,297 @@
+"""The MySQL queue's fleet-wide limits (the rules: contract/limits.py), as single-row compare-and-sets.
+
+Where the state lives: rows of the kv table whose key starts with the byte 0xFF, which no kv call can name (a kv
+key is UTF-8 text, and 0xFF never occurs in UTF-8), so no schema step was needed. A group's rows are
+`FF | 16 bytes of SHA-256(group) | 'c' or 'r' | 7-digit number`:
+
+- `c` n: concurrency slot n < `concurrency`, valued `seq until worker_hex` ('0 0 -' when given back). A slot is
+  free when its holder (job `seq`, held by worker `worker_hex`) is not `running` under a live lease, AND `until`
+  (the taking claim's instant + lease) has passed: the second covers the moment between taking the slot and the
+  job's own compare-and-set, and a claimer killed in between (the slot comes back after one lease).
+- `r` n: rate entry n < `rate`, valued the instant of the start it recorded; a start takes the oldest entry that
+  is at least `per_ms` old. So any `per_ms` window holds at most `rate` recorded starts (two starts sharing an
+  entry are at least `per_ms` apart).
+
+A claim with limits reads its candidates' (space, action, key) and the groups' rows in two reads, plans which
+candidates fit, and for each one takes a slot and a rate entry (each an UPDATE guarded by the value it read, or
+the INSERT of a missing row, which a duplicate key loses) before the job's own compare-and-set; a slot whose job
+was then lost is given back at once. Never a lock held across statements, never two rows in one statement: no
+deadlock, and on Galera/Group Replication a lost certification is a lost race like any other. The settle gives
+the slot back (best effort: a slot whose give-back was lost frees itself once its job is no longer running).
+
+When every candidate read belongs to a saturated group, the claim reads again past those groups (their jobs
+excluded by space and action): it steps over their waiting rows in the `job_due` index, so the cost of that
+second read grows with a saturated group's backlog.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+
+from ..contract.limits import Group, group_of
+from ..records import ActionLimit
+from .schema.tables import table_names
+from .session import Connection, as_text, is_conflict, is_duplicate
+
+if TYPE_CHECKING:
+    from .queue_core import QueueCore
+else:
+    QueueCore = object
+
+FREE = "0 0 -"
+NUMBER_DIGITS = 7  # ActionLimit's concurrency and rate are at most 1,000,000
+
+
+def _row_key(group: Group, kind: str, number: int) -> str:
+    digest = hashlib.sha256(repr(group).encode()).digest()[:16]
+    return (b"\xff" + digest + kind.encode() + f"{number:0{NUMBER_DIGITS}d}".encode()).hex()
+
+
+@dataclass
+class LimitSql:
+    kv: str
+    jobs: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> LimitSql:
+        t = table_names(prefix)
+        return cls(kv=f"`{t.kv}`", jobs=f"`{t.jobs}`")
+
+    def groups_of(self) -> str:
+        return f"SELECT seq, space_id, action_id, `key` FROM {self.jobs} WHERE seq IN %s"
+
+    def rows(self, ranges: int) -> str:
+        where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
+        return (
+            f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL FROM {self.kv} s LEFT JOIN {self.jobs} j "
+            "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status = 'running' "
+            "AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)) "
+            f"WHERE {where}"
+        )
+
+    def take(self) -> str:
+        return f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
+
+    def insert(self) -> str:
+        return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), %s, NULL)"
+
+    def give_back(self, count: int) -> str:
+        # Pairs may cross (k1 with v2) only where job 2 holds slot k1: also a slot this queue gives back now.
+        keys = ", ".join(["UNHEX(%s)"] * count)
+        return f"UPDATE {self.kv} SET v = '{FREE}' WHERE k IN ({keys}) AND v IN %s"
+
+    def pending_past(self, groups: int) -> str:
+        past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
+        return (
+            f"SELECT seq, run_at, 0 FROM {self.jobs} FORCE INDEX (job_due) "
+            f"WHERE status = 'pending' AND run_at <= %s AND {past} ORDER BY run_at, seq LIMIT %s"
+        )
+
+
+#: (key as hex, the value read, or None: the row does not exist yet).
+Entry = tuple[str, str | None]
+
+
+@dataclass
+class Plan:
+    """What one claim may take: per admitted candidate seq, the slot and the rate entry it will try."""
+
+    takes: dict[int, tuple[Entry | None, Entry | None]] = field(default_factory=dict)
+    refused: dict[Group, None] = field(default_factory=dict)
+    #: The slots taken for jobs this claim won, until the claim's read-back names their jobs.
+    held: dict[int, list[Entry]] = field(default_factory=dict)
+
+
+class LimitedClaims(QueueCore):
+    """Mixed into `MysqlJobQueue`: plans a claim's candidates within their limits, takes and gives back slots."""
+
+    _limit_holds: dict[str, list[Entry]]
+    _limit_sql: LimitSql
+
+    def _limits_sql(self) -> LimitSql:
+        if "_limit_sql" not in self.__dict__:
+            self._limit_sql = LimitSql.for_prefix(self._store.prefix)
+            self._limit_holds = {}
+        return self._limit_sql
+
+    async def _plan(
+        self, candidates: list[tuple[int, int, int]], limits: Mapping[str, ActionLimit], now: int, plan: Plan
+    ) -> list[tuple[int, int, int]]:
+        """The candidates that fit their limits (plan.takes says with which rows); the others' groups go to
+        `plan.refused`."""
+        sql = self._limits_sql()
+        if not candidates:
+            return []
+        seqs = [seq for seq, _run_at, _lapsed in candidates]
+        found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (seqs,)))
+        limited: dict[int, tuple[Group, ActionLimit]] = {}
+        for seq, space_id, action_id, key in found:
+            limit = limits.get(as_text(action_id))
+            if limit is not None:
+                text_key = None if key is None else as_text(key)
+                limited[int(seq)] = (group_of(int(space_id), as_text(action_id), text_key, limit), limit)
+        if not limited:
+            return candidates
+        groups = {group: limit for group, limit in limited.values()}
+        ranges: list[str] = []
+        for group, limit in groups.items():
+            for kind, count in (("c", limit.concurrency), ("r", limit.rate)):
+                if count is not None:
+                    ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
+        rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, *ranges)))
+        present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
+        free: dict[tuple[Group, str], list[Entry]] = {}
+        for group, limit in groups.items():
+            if limit.concurrency is not None:
+                free[(group, "c")] = [
+                    (k, present[k][0] if k in present else None)
+                    for k in (_row_key(group, "c", n) for n in range(limit.concurrency))
+                    if k not in present or _slot_free(*present[k], now)
+                ]
+            if limit.rate is not None:
+                entries = [(k, present.get(k, ("0", False))[0]) for k in (_row_key(group, "r", n)
+                           for n in range(limit.rate))]  # fmt: skip
+                old = sorted((e for e in entries if int(e[1]) <= now - limit.per_ms), key=lambda e: int(e[1]))
+                free[(group, "r")] = [(k, v if k in present else None) for k, v in old]
+        admitted = []
+        for candidate in candidates:
+            seq = candidate[0]
+            if seq not in limited:
+                admitted.append(candidate)
+                continue
+            group, limit = limited[seq]
+            slots = free.get((group, "c"), [])
+            ring = free.get((group, "r"), [])
+            if group in plan.refused or (limit.concurrency is not None and not slots) or (limit.rate and not ring):
+                plan.refused[group] = None
+                continue
+            slot = slots.pop(0) if limit.concurrency is not None else None
+            entry = ring.pop(0) if limit.rate is not None else None
+            plan.takes[seq] = (slot, entry)
+            admitted.append(candidate)
+        return admitted
+
+    if TYPE_CHECKING:
+
+        async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool: ...
+
+        def _won_at(self, now: int, started_ns: int) -> int: ...
+
+    async def _within_limits(
+        self, candidates: list[tuple[int, int, int]], limits: Mapping[str, ActionLimit], limit: int, now: int,
+        plan: Plan,
+    ) -> list[tuple[int, int, int]]:  # fmt: skip
+        """The candidates a claim may try; when saturated groups left it short, due jobs read past them."""
+        full = len(candidates) >= 2 * limit
+        admitted = await self._plan(candidates, limits, now, plan)
+        for _round in range(2):
+            if len(admitted) >= limit or not plan.refused or not full:
+                break
+            seen = {c[0] for c in admitted} | {c[0] for c in candidates}
+            more = [c for c in await self._pending_past(list(plan.refused), now, 2 * limit) if c[0] not in seen]
+            full = len(more) >= limit
+            admitted += await self._plan(more, limits, now, plan)
+        return admitted
+
+    async def _take_within(
+        self, plan: Plan | None, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int
+    ) -> bool:
+        """`_take`, after the slot and the rate entry the plan gave the job (a limited one); a slot is given back
+        when the job itself is lost."""
+        try:
+            held = await self._take_rows(plan, seq, self._won_at(now, started), lease_ms, worker_id)
+        except _Lost:
+            return False
+        won = False
+        try:
+            won = await self._take(seq, lapsed, worker_id, lease_ms, now, started)
+        finally:
+            if won and plan is not None:
+                plan.held[seq] = held
+            else:
+                await self._give_back(held)
+        return won
+
+    async def _claimed(self, plan: Plan, jobs: Sequence[tuple[int, str]]) -> None:
+        """The claim's read-back: slots of jobs it returns are held until their settle; the others (a lapsed job
+        that went dead rather than ours) are given back."""
+        self._limits_sql()
+        for seq, job_id in jobs:
+            held = plan.held.pop(seq, [])
+            if held:
+                self._limit_holds.setdefault(job_id, []).extend(held)
+        await self._give_back([entry for held in plan.held.values() for entry in held])
+
+    async def _pending_past(self, refused: Sequence[Group], now: int, count: int) -> list[tuple[int, int, int]]:
+        """Due pending jobs of every group but the refused ones, oldest first."""
+        args: list[Any] = [now]
+        for space_id, action_id, key in refused:
+            args += [space_id, action_id, key is None, key]
+        statement = self._limits_sql().pending_past(len(refused))
+        rows = await self._store.run(lambda conn: conn.fetch(statement, (*args, count)))
+        return [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
+
+    async def _take_rows(self, plan: Plan | None, seq: int, at: int, lease_ms: int, worker_id: str) -> list[Entry]:
+        """The slot and rate entry of the plan for `seq`, taken; None (a lost race) when either could not be."""
+        if plan is None or seq not in plan.takes:
+            return []
+        slot, entry = plan.takes.pop(seq)
+        held: list[Entry] = []
+        if slot is not None:
+            value = f"{seq} {at + lease_ms} {worker_id.encode().hex()}"
+            if not await self._cas_row(slot, value):
+                raise _Lost
+            held.append((slot[0], value))
+        if entry is not None and not await self._cas_row(entry, str(at)):
+            await self._give_back(held)
+            raise _Lost
+        return held
+
+    async def _cas_row(self, row: Entry, value: str) -> bool:
+        key, old = row
+        sql = self._limits_sql()
+        prefix = self._store.flavour.claim_prefix
+
+        async def cas(conn: Connection) -> int:
+            if old is None:
+                return await conn.write(sql.insert(), (key, value), prefix=prefix)
+            return await conn.write(sql.take(), (value, key, old), prefix=prefix)
+
+        try:
+            return bool(await self._store.run(cas))
+        except pymysql.err.MySQLError as error:
+            if is_duplicate(error) or is_conflict(error):
+                return False
+            raise
+
+    async def _give_back(self, held: list[Entry]) -> None:
+        if not held:
+            return
+        statement = self._limits_sql().give_back(len(held))
+        args = (*(k for k, _v in held), [v for _k, v in held])
+        await self._store.run(lambda conn: conn.write(statement, args))
+
+    async def _settled(self, job_ids: Sequence[str]) -> None:
+        """Gives back the slots this queue took for these jobs (their settle has run)."""
+        holds = self.__dict__.get("_limit_holds")
+        if not holds:
+            return
+        held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
+        if held:
+            await self._give_back(held)
+
+
+class _Lost(Exception):
+    """A slot or rate entry went to another claimer first: the job is not taken by this claim."""
+
+
+def _slot_free(value: str, held: bool, now: int) -> bool:
+    if held:
+        return False
+    parts = value.split(" ")
+    return len(parts) != 3 or not parts[1].lstrip("-").isdigit() or int(parts[1]) < now
