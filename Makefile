@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard soak differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard bench-limits soak differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -43,6 +43,12 @@ deps: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
+	$(PY) bench/limits.py
+
+## Fleet-wide limits (issue 21.4): their cost on a drain, claims beside a saturated action, utilisation; ratios.
+bench-limits: setup
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/limits.py
 
 bench-quick: setup
 	$(PY) -m pip install -q -e '.[bench]'

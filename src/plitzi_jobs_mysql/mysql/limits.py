@@ -26,6 +26,7 @@ second read grows with a saturated group's backlog.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,8 +49,47 @@ NUMBER_DIGITS = 7  # ActionLimit's concurrency and rate are at most 1,000,000
 
 
 def _row_key(group: Group, kind: str, number: int) -> str:
-    digest = hashlib.sha256(repr(group).encode()).digest()[:16]
-    return (b"\xff" + digest + kind.encode() + f"{number:0{NUMBER_DIGITS}d}".encode()).hex()
+    return _group_prefix(group) + (kind.encode() + f"{number:0{NUMBER_DIGITS}d}".encode()).hex()
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_prefix(group: Group) -> str:
+    return (b"\xff" + hashlib.sha256(repr(group).encode()).digest()[:16]).hex()
+
+
+def _free_slots(group: Group, count: int, need: int, present: dict[str, tuple[str, bool]], now: int) -> list[Entry]:
+    """Up to `need` free slots among the first `count`, lowest first: free rows, and rows not made yet."""
+    free: list[Entry] = []
+    for number in range(count):
+        key = _row_key(group, "c", number)
+        row = present.get(key)
+        if row is None or _slot_free(*row, now):
+            free.append((key, None if row is None else row[0]))
+            if len(free) >= need:
+                break
+    return free
+
+
+def _free_entries(
+    group: Group, limit: ActionLimit, need: int, present: dict[str, tuple[str, bool]], now: int
+) -> list[Entry]:
+    """Up to `need` rate entries whose start has left the window, oldest first (rows not made yet first)."""
+    cutoff = now - limit.per_ms
+    missing: list[Entry] = []
+    old: list[tuple[int, Entry]] = []
+    assert limit.rate is not None
+    prefix = _group_prefix(group)
+    for key, (value, _held) in present.items():
+        if key.startswith(prefix + "72") and value.lstrip("-").isdigit() and int(value) <= cutoff:  # 'r' = 0x72
+            old.append((int(value), (key, value)))
+    seen = sum(1 for key in present if key.startswith(prefix + "72"))
+    for number in range(limit.rate):
+        if len(missing) >= need or seen >= limit.rate:
+            break
+        key = _row_key(group, "r", number)
+        if key not in present:
+            missing.append((key, None))
+    return (missing + [entry for _at, entry in sorted(old)])[:need]
 
 
 @dataclass
@@ -145,19 +185,15 @@ class LimitedClaims(QueueCore):
                     ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
         rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, *ranges)))
         present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
+        need: dict[Group, int] = {}
+        for group, _limit in limited.values():
+            need[group] = need.get(group, 0) + 1
         free: dict[tuple[Group, str], list[Entry]] = {}
         for group, limit in groups.items():
             if limit.concurrency is not None:
-                free[(group, "c")] = [
-                    (k, present[k][0] if k in present else None)
-                    for k in (_row_key(group, "c", n) for n in range(limit.concurrency))
-                    if k not in present or _slot_free(*present[k], now)
-                ]
+                free[(group, "c")] = _free_slots(group, limit.concurrency, need[group], present, now)
             if limit.rate is not None:
-                entries = [(k, present.get(k, ("0", False))[0]) for k in (_row_key(group, "r", n)
-                           for n in range(limit.rate))]  # fmt: skip
-                old = sorted((e for e in entries if int(e[1]) <= now - limit.per_ms), key=lambda e: int(e[1]))
-                free[(group, "r")] = [(k, v if k in present else None) for k, v in old]
+                free[(group, "r")] = _free_entries(group, limit, need[group], present, now)
         admitted = []
         for candidate in candidates:
             seq = candidate[0]
@@ -284,6 +320,8 @@ class LimitedClaims(QueueCore):
         held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
         if held:
             await self._give_back(held)
+            # A slot came free: a worker waiting on it claims now rather than at its next poll.
+            self.wakeups.notify(self.wakeup_topic)
 
 
 class _Lost(Exception):
