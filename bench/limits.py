@@ -4,8 +4,8 @@
    action that never binds (concurrency 10,000), and with a limit on another action only;
 2. claims beside a saturated action: `claim(limit=10)` of an unlimited action while older jobs of a limited
    action wait with every slot taken, vs the same claims with no limited backlog at all;
-3. utilisation: a binding concurrency limit of 4, handlers of 20 and of 100 ms, two workers (two queues, as two replicas):
-   the time N slots busy all along would take / the time taken.
+3. utilisation: a binding concurrency limit of 4, handlers of 20 and of 100 ms, two workers (two queues, as two
+   replicas): the time 4 slots busy all along would take / the time taken.
 
     python bench/limits.py [--quick] [--reps N]      (make bench-limits; PLITZI_MYSQL_URL or a throwaway server)
 """
