@@ -22,6 +22,7 @@ import pymysql
 import pytest
 
 from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements
+from plitzi_jobs_mysql.mysql.session import as_text
 from plitzi_jobs_mysql.url import parse_mysql_url
 from tests.harness.replica import LedgerRow, ensure_ledger, read_ledger
 
@@ -123,9 +124,15 @@ def test_concurrency_holds_across_processes_while_workers_are_killed(fleet: Flee
     assert most_running(limited, killed_at) == CONCURRENCY, "the limit was reached (it binds in this run)"
     statuses = Counter(r[0] for r in sql(database_url, "SELECT status FROM action_jobs"))
     assert statuses == {"succeeded": 2 * JOBS}, statuses
-    # Nothing run twice: one finished run per job (a killed run left 'running' is the only other kind).
+    # Nothing run twice, but for a kill between a run's end and its settle (at-least-once): then the earlier run
+    # was a killed worker's and the job's history holds the `lost` attempt that followed.
     done = Counter(r.job_id for r in ledger if r.outcome != "running")
-    assert set(done.values()) == {1} and len(done) == 2 * JOBS
+    assert len(done) == 2 * JOBS
+    histories = {as_text(i): json.loads(h) for i, h in sql(database_url, "SELECT id, history FROM action_jobs")}
+    for job_id in [job_id for job_id, runs in done.items() if runs > 1]:
+        earlier = [r for r in ledger if r.job_id == job_id and r.outcome != "running"][:-1]
+        assert {r.worker_id for r in earlier} <= set(killed_at), (job_id, earlier)
+        assert "lost" in [h["status"] for h in histories[job_id]], (job_id, histories[job_id])
     free_done = max(r.ended_at for r in ledger if r.action_id == "free" and r.ended_at)
     limited_done = max(r.ended_at for r in limited if r.ended_at)
     assert free_done < limited_done, "the unlimited action finished first: it was not held behind the limited one"
@@ -147,8 +154,9 @@ def test_rate_holds_across_processes(fleet: Fleet, database_url: str) -> None:
         for attempt in json.loads(history)
     ]
     assert len(claims) >= count
-    # 10 per 500 ms by the store's clock; the claim instant of a job is a little after the start its rate entry
-    # recorded (same clock, the next statement), hence the 10 ms given back.
-    assert most_in_window(claims, 490) <= 10
+    # 10 per 500 ms by the server's clock, which the rate entries are judged on. A job's claim instant is its
+    # process's reading of that clock (off by up to half a clock read's round trip, tens of ms on a busy machine),
+    # hence the 50 ms given back. With the limit off, 40 fall in one window.
+    assert most_in_window(claims, 450) <= 10
     span = max(claims) - min(claims)
     assert span >= (count // 10 - 1) * 500 - 50, f"{count} starts at 10 per 500 ms took only {span} ms"

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pymysql
 
+from ..contract.clock import InjectedClock
 from ..contract.limits import Group, group_of
 from ..records import ActionLimit
 from .schema.tables import table_names
 from .session import Connection, as_text, is_conflict, is_duplicate
+from .statements import NOW_MS
 
 if TYPE_CHECKING:
     from .queue_core import QueueCore
@@ -117,6 +119,16 @@ class LimitSql:
     def take(self) -> str:
         return f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
 
+    def take_start(self, at: str) -> str:
+        # The start's instant and the window's cutoff judged in the statement, on one clock for every claimer.
+        return (
+            f"UPDATE {self.kv} SET v = CAST({at} AS CHAR) "
+            f"WHERE k = UNHEX(%s) AND v = %s AND CAST(v AS SIGNED) <= {at} - %s"
+        )
+
+    def insert_start(self, at: str) -> str:
+        return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), CAST({at} AS CHAR), NULL)"
+
     def insert(self) -> str:
         return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), %s, NULL)"
 
@@ -142,6 +154,7 @@ class Plan:
     """What one claim may take: per admitted candidate seq, the slot and the rate entry it will try."""
 
     takes: dict[int, tuple[Entry | None, Entry | None]] = field(default_factory=dict)
+    per_ms: dict[int, int] = field(default_factory=dict)
     refused: dict[Group, None] = field(default_factory=dict)
     #: The slots taken for jobs this claim won, until the claim's read-back names their jobs.
     held: dict[int, list[Entry]] = field(default_factory=dict)
@@ -209,6 +222,7 @@ class LimitedClaims(QueueCore):
             slot = slots.pop(0) if limit.concurrency is not None else None
             entry = ring.pop(0) if limit.rate is not None else None
             plan.takes[seq] = (slot, entry)
+            plan.per_ms[seq] = limit.per_ms
             admitted.append(candidate)
         return admitted
 
@@ -283,10 +297,27 @@ class LimitedClaims(QueueCore):
             if not await self._cas_row(slot, value):
                 raise _Lost
             held.append((slot[0], value))
-        if entry is not None and not await self._cas_row(entry, str(at)):
+        if entry is not None and not await self._take_start(entry, at, plan.per_ms[seq]):
             await self._give_back(held)
             raise _Lost
         return held
+
+    async def _take_start(self, entry: Entry, at: int, per_ms: int) -> bool:
+        """A rate entry, for a start at the server's instant (at `at` under an injected clock, as in tests): the
+        claimers' own readings of the server's clock differ by their reading's error, the server's does not."""
+        sql = self._limits_sql()
+        key, old = entry
+        injected = isinstance(self._clock, InjectedClock)
+        instant = "%s" if injected else NOW_MS
+        given = (at,) if injected else ()
+        prefix = self._store.flavour.claim_prefix
+
+        async def cas(conn: Connection) -> int:
+            if old is None:
+                return await conn.write(sql.insert_start(instant), (key, *given), prefix=prefix)
+            return await conn.write(sql.take_start(instant), (*given, key, old, *given, per_ms), prefix=prefix)
+
+        return await self._lost_race_is_false(cas)
 
     async def _cas_row(self, row: Entry, value: str) -> bool:
         key, old = row
@@ -298,11 +329,14 @@ class LimitedClaims(QueueCore):
                 return await conn.write(sql.insert(), (key, value), prefix=prefix)
             return await conn.write(sql.take(), (value, key, old), prefix=prefix)
 
+        return await self._lost_race_is_false(cas)
+
+    async def _lost_race_is_false(self, write: Callable[[Connection], Awaitable[int]]) -> bool:
         try:
-            return bool(await self._store.run(cas))
+            return bool(await self._store.run(write))
         except pymysql.err.MySQLError as error:
             if is_duplicate(error) or is_conflict(error):
-                return False
+                return False  # another claimer made the row first, or holds it (on a cluster: lost at COMMIT)
             raise
 
     async def _give_back(self, held: list[Entry]) -> None:
