@@ -123,3 +123,10 @@ async def test_the_dashboard_mounts_in_a_starlette_app(database_url: str, monkey
             assert (await client.get("/ops/jobs/static/dashboard.css")).status_code == 200
             refused = await client.get("/ops/jobs/jobs?space=2", headers={"authorization": f"Bearer {token}"})
             assert refused.status_code == 400  # spaces=[1]
+
+
+def test_the_limits_example_holds_its_limit() -> None:
+    (block,) = [b for b in python_blocks() if "LIMITS = {" in b]
+    result = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["most exports at once: 3"]
