@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from plitzi_jobs_mysql import ActionLimit
+from plitzi_jobs_mysql import ActionLimit, EventKind
 from plitzi_jobs_mysql.memory import create_memory_job_queue
 from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.options import split_action_jobs_options
 from plitzi_jobs_mysql.runtime.worker import create_job_worker
 
-from ..support import PlainQueue, job, wait_for
+from ..support import Events, PlainQueue, job, wait_for
 
 
 class Ledger:
@@ -91,3 +91,26 @@ def test_limits_are_checked_and_need_a_queue_that_takes_them() -> None:
         create_job_worker(queue=Unlimited(queue), handler=handler, limits={"a": ActionLimit(concurrency=1)})
     _scheduler, worker = split_action_jobs_options({"limits": {"a": ActionLimit(concurrency=1)}})
     assert worker == {"limits": {"a": ActionLimit(concurrency=1)}}, "create_action_jobs hands limits to its worker"
+
+
+async def test_a_saturated_action_shows_as_limited_events_at_most_one_a_second() -> None:
+    queue = create_memory_job_queue()
+    await queue.enqueue_many([job(f"l{n}", action_id="limited") for n in range(3)])
+    events = Events()
+    release = asyncio.Event()
+
+    async def handler(job: Job) -> None:
+        await release.wait()
+
+    worker = create_job_worker(queue=queue, handler=handler, workers=4, poll_ms=10, on_event=events,
+                               limits={"limited": ActionLimit(concurrency=1)})  # fmt: skip
+    worker.start()
+    try:
+        await wait_for(lambda: [e for e in events.seen_events if e.kind == EventKind.LIMITED], what="a limited event")
+        await asyncio.sleep(0.2)  # twenty polls, each leaving the others waiting
+    finally:
+        release.set()
+        await worker.stop()
+    limited = [e for e in events.seen_events if e.kind == EventKind.LIMITED]
+    assert len(limited) == 1, limited
+    assert limited[0].action_id == "limited" and limited[0].message == "concurrency limit (1 running at once)"

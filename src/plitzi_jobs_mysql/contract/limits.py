@@ -1,7 +1,8 @@
 """Fleet-wide limits per action (`ActionLimit`), enforced by the store at claim time. The rules every store keeps:
 
-- The surface: `claim(..., limits=None)`, a keyword beyond the `JobQueue` protocol (a user's own store without it
-  keeps working; a worker given limits refuses a queue whose `claim` does not take them).
+- The surface: `claim(..., limits=None, on_limited=None)`, keywords beyond the `JobQueue` protocol (a user's own
+  store without them keeps working; a worker given limits refuses a queue whose `claim` does not take them).
+  `on_limited` is told of each due job a claim left waiting, as a `limited` `JobEvent` naming the limit.
 - Who decides: the claiming worker passes its limits (`claim(..., limits={action_id: ActionLimit})`); a job of an
   action without a limit is claimed as before. Nothing is stored but the limits' state, so workers that disagree
   are each held to their own limit against the state all of them share: a fleet with one action limited 2 in one

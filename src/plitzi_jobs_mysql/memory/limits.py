@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from ..contract.events import limit_reached
 from ..contract.limits import Group, job_group
 from ..records import ActionLimit, Job
 
@@ -20,24 +21,24 @@ class MemoryLimits:
     _slots: dict[Group, list[tuple[str, str, int]]] = field(default_factory=dict)
     _starts: dict[Group, deque[int]] = field(default_factory=dict)
 
-    def admits(self, job: Job, limits: Mapping[str, ActionLimit], at: int, held_by: HeldBy) -> bool:
-        """Whether a claim at `at` may start `job` now (without taking anything)."""
+    def refuses(self, job: Job, limits: Mapping[str, ActionLimit], at: int, held_by: HeldBy) -> str | None:
+        """None when a claim at `at` may start `job` now (without taking anything), else the limit it is at."""
         found = job_group(job, limits)
         if found is None:
-            return True
+            return None
         group, limit = found
         if limit.concurrency is not None:
             holders = [h for h in self._slots.get(group, []) if held_by(h[0], h[1], h[2], at)]
             self._slots[group] = holders
             if len(holders) >= limit.concurrency:
-                return False
+                return limit_reached(limit, True, job.key)
         if limit.rate is not None:
             starts = self._starts.setdefault(group, deque())
             while starts and starts[0] <= at - limit.per_ms:
                 starts.popleft()
             if len(starts) >= limit.rate:
-                return False
-        return True
+                return limit_reached(limit, False, job.key)
+        return None
 
     def started(self, job: Job, limits: Mapping[str, ActionLimit], at: int) -> None:
         """Records the claim of `job` (as claimed, with its worker and claim instant) that `admits` allowed."""

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
-from ..contract.events import Emitter, dead_by_loss
+from ..contract.events import Emitter, EventHook, dead_by_loss
+from ..contract.events import limited as limited_event
 from ..contract.limits import limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
@@ -175,8 +176,9 @@ class MemoryJobQueue(MemoryOperatorReads):
         return answers
 
     async def claim(
-        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None
-    ) -> list[Job]:
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None,
+        on_limited: EventHook | None = None,
+    ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
         limited, refused = limits_arg(limits), list[_Entry_]()
         at = self._now()
@@ -198,8 +200,10 @@ class MemoryJobQueue(MemoryOperatorReads):
                 # Found lapsed by an earlier claim, but the clock has stepped back since: under its lease again.
                 heapq.heappush(self._leases, (job.lease_until or 0, row.seq, version, row))
                 continue
-            if limited and not self._limits.admits(job, limited, at, self._holds):
+            if limited and (waits := self._limits.refuses(job, limited, at, self._holds)):
                 refused.append((run_at, row.seq, version, row))  # over its limit: waits as it was, for a later claim
+                if on_limited is not None:
+                    on_limited(limited_event(job.id, job.space_id, job.action_id, waits))
                 continue
             if job.status == "running":
                 lost = Attempt(

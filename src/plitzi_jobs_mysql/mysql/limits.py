@@ -35,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from ..contract.clock import InjectedClock
+from ..contract.events import EventHook, limit_reached
+from ..contract.events import limited as limited_event
 from ..contract.limits import Group, group_of
 from ..records import ActionLimit
 from .schema.tables import table_names
@@ -105,7 +107,7 @@ class LimitSql:
         return cls(kv=f"`{t.kv}`", jobs=f"`{t.jobs}`")
 
     def groups_of(self) -> str:
-        return f"SELECT seq, space_id, action_id, `key` FROM {self.jobs} WHERE seq IN %s"
+        return f"SELECT seq, space_id, action_id, `key`, id FROM {self.jobs} WHERE seq IN %s"
 
     def rows(self, ranges: int) -> str:
         where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
@@ -158,6 +160,8 @@ class Plan:
     refused: dict[Group, None] = field(default_factory=dict)
     #: The slots taken for jobs this claim won, until the claim's read-back names their jobs.
     held: dict[int, list[Entry]] = field(default_factory=dict)
+    #: Told of each due job left waiting, with the limit it is at (the worker's `limited` events).
+    on_limited: EventHook | None = None
 
 
 class LimitedClaims(QueueCore):
@@ -183,7 +187,8 @@ class LimitedClaims(QueueCore):
         seqs = [seq for seq, _run_at, _lapsed in candidates]
         found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (seqs,)))
         limited: dict[int, tuple[Group, ActionLimit]] = {}
-        for seq, space_id, action_id, key in found:
+        ids = {int(row[0]): as_text(row[4]) for row in found}
+        for seq, space_id, action_id, key, _id in found:
             limit = limits.get(as_text(action_id))
             if limit is not None:
                 text_key = None if key is None else as_text(key)
@@ -216,8 +221,12 @@ class LimitedClaims(QueueCore):
             group, limit = limited[seq]
             slots = free.get((group, "c"), [])
             ring = free.get((group, "r"), [])
-            if group in plan.refused or (limit.concurrency is not None and not slots) or (limit.rate and not ring):
+            full = limit.concurrency is not None and not slots
+            if group in plan.refused or full or (limit.rate is not None and not ring):
                 plan.refused[group] = None
+                if plan.on_limited is not None:
+                    reason = limit_reached(limit, full, group[2])
+                    plan.on_limited(limited_event(ids[seq], group[0], group[1], reason))
                 continue
             slot = slots.pop(0) if limit.concurrency is not None else None
             entry = ring.pop(0) if limit.rate is not None else None

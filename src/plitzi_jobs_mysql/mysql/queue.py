@@ -13,7 +13,7 @@ import pymysql
 
 from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
-from ..contract.events import Emitter, dead_by_loss
+from ..contract.events import Emitter, EventHook, dead_by_loss
 from ..contract.limits import limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
@@ -135,8 +135,9 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
     # -- claim, heartbeat, settle ---------------------------------------------------------------------------
 
     async def claim(
-        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None
-    ) -> list[Job]:
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None,
+        on_limited: EventHook | None = None,
+    ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
         limited = limits_arg(limits)
         if limit == 0:
@@ -146,7 +147,7 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             now = await self._clock.now()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
-        return await self._claim(worker_id, lease_ms, limit, now, limited)
+        return await self._claim(worker_id, lease_ms, limit, now, limited, on_limited)
 
     async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[tuple[int, int, int]]:
         """Up to 2 × limit pending jobs from `offset` on and, when `_lapsed_read_due`, up to `limit` lapsed
@@ -210,14 +211,16 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
                 raise
             return False  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
 
-    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int, limits: Limits) -> list[Job]:
+    async def _claim(
+        self, worker_id: str, lease_ms: int, limit: int, now: int, limits: Limits, on_limited: EventHook | None
+    ) -> list[Job]:
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
         candidates = await self._candidates(limit, now, offset, lease_ms)
         if len(candidates) < limit and offset:
             candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
-        plan = Plan() if limits else None  # limited jobs over their limit are left out (mysql/limits.py)
+        plan = Plan(on_limited=on_limited) if limits else None  # jobs over their limit are left out (mysql/limits.py)
         if plan is not None:
             candidates = await self._within_limits(candidates, limits, limit, now, plan)
         started = time.monotonic_ns()

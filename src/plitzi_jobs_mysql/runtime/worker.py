@@ -32,6 +32,7 @@ from .execution import HANDBACK_DELAY_MS as HANDBACK_DELAY_MS  # re-exported: it
 from .execution import Collaborators, Execution, Stage
 from .halt import Halt
 from .handler import JobHandler, PermanentFailure, RetryLater
+from .limited_events import LimitedEvents
 from .options import WorkerOptions, WorkerSettings
 from .retry import RetryPolicy
 from .single_flight import SingleFlight
@@ -73,8 +74,9 @@ class JobWorker:
         if settings.worker_id is None:
             settings = replace(settings, worker_id=_default_worker_id())
         self.settings = settings
-        if settings.limits and "limits" not in inspect.signature(queue.claim).parameters:
+        if settings.limits and not {"limits", "on_limited"} <= inspect.signature(queue.claim).parameters.keys():
             raise TypeError(f"limits need a queue whose claim takes them; {type(queue).__name__}.claim does not")
+        self._limited = LimitedEvents(Emitter(settings.on_event, logger))
         self.queue = queue
         self.kv = kv
         self.on_error = settings.on_error or log_error
@@ -214,7 +216,8 @@ class JobWorker:
             return self.queue.claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit)
         # The store enforces the limits (contract/limits.py): `limits` is beyond the `JobQueue` protocol.
         claim: Any = self.queue.claim
-        call = claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit, limits=settings.limits)
+        call = claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit, limits=settings.limits,
+                     on_limited=self._limited)  # fmt: skip
         return cast(Coroutine[Any, Any, list[Job]], call)
 
     def _hold(self, claimed: list[Job]) -> list[Execution]:

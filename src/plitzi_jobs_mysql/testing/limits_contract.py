@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from ..contract.events import EventKind, JobEvent
 from ..contract.protocols import JobQueue
 from ..records import ActionLimit, AttemptOutcome
 from .support import Advance, job, now_ms
@@ -117,3 +118,12 @@ class LimitsContract:
             await _claim(queue, "w1", 1, [("slow", ActionLimit(concurrency=1))])
         waiting = await queue.get_job([1], "s0")
         assert waiting is not None and waiting.status == "pending"
+
+    async def test_a_job_left_waiting_is_reported_with_its_limit(self, queue: JobQueue) -> None:
+        await self._backlog(queue, slow=3, other=0)
+        seen: list[JobEvent] = []
+        claim: Any = queue.claim
+        taken = await claim(worker_id="w1", lease_ms=LEASE, limit=10, limits=SLOW, on_limited=seen.append)
+        assert sorted(j.id for j in taken) == ["s0", "s1"]
+        assert seen and {(e.kind, e.job_id, e.action_id) for e in seen} == {(EventKind.LIMITED, "s2", "slow")}
+        assert seen[0].message == "concurrency limit (2 running at once)"
