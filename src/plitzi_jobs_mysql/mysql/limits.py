@@ -50,6 +50,9 @@ else:
 
 FREE = "0 0 -"
 NUMBER_DIGITS = 7  # ActionLimit's concurrency and rate are at most 1,000,000
+#: Slots remembered for a settle to give back; beyond it the oldest are forgotten (they free themselves anyway).
+MAX_HOLDS = 100_000
+FORGET_GROUPS_MS = 600_000
 
 
 def _row_key(group: Group, kind: str, number: int) -> str:
@@ -169,11 +172,14 @@ class LimitedClaims(QueueCore):
 
     _limit_holds: dict[str, list[Entry]]
     _limit_sql: LimitSql
+    _job_groups: dict[int, tuple[int, str, str | None, str]]  # seq -> (space_id, action_id, key, id)
+    _job_groups_since: int
 
     def _limits_sql(self) -> LimitSql:
         if "_limit_sql" not in self.__dict__:
             self._limit_sql = LimitSql.for_prefix(self._store.prefix)
             self._limit_holds = {}
+            self._job_groups, self._job_groups_since = {}, 0
         return self._limit_sql
 
     async def _plan(
@@ -184,15 +190,26 @@ class LimitedClaims(QueueCore):
         sql = self._limits_sql()
         if not candidates:
             return []
-        seqs = [seq for seq, _run_at, _lapsed in candidates]
-        found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (seqs,)))
-        limited: dict[int, tuple[Group, ActionLimit]] = {}
-        ids = {int(row[0]): as_text(row[4]) for row in found}
-        for seq, space_id, action_id, key, _id in found:
-            limit = limits.get(as_text(action_id))
-            if limit is not None:
+        # A job's space, action, key and id never change: those of candidates seen before (a saturated group's
+        # jobs come back in every claim) are not read again.
+        if now - self._job_groups_since > FORGET_GROUPS_MS or now < self._job_groups_since:
+            # Only a TRUNCATE, or an old server's restart after a purge, reuses a seq: forget now and then anyway.
+            self._job_groups, self._job_groups_since = {}, now
+        known = self._job_groups
+        missing = [seq for seq, _run_at, _lapsed in candidates if seq not in known]
+        if missing:
+            found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (missing,)))
+            for seq, space_id, action_id, key, id_ in found:
                 text_key = None if key is None else as_text(key)
-                limited[int(seq)] = (group_of(int(space_id), as_text(action_id), text_key, limit), limit)
+                known[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
+            while len(known) > MAX_HOLDS:
+                del known[next(iter(known))]
+        limited: dict[int, tuple[Group, ActionLimit]] = {}
+        ids = {seq: known[seq][3] for seq, _run_at, _lapsed in candidates if seq in known}
+        for seq, (space_id, action_id, text_key, _id) in [(c[0], known[c[0]]) for c in candidates if c[0] in known]:
+            limit = limits.get(action_id)
+            if limit is not None:
+                limited[seq] = (group_of(space_id, action_id, text_key, limit), limit)
         if not limited:
             return candidates
         groups = {group: limit for group, limit in limited.values()}
@@ -280,10 +297,13 @@ class LimitedClaims(QueueCore):
         """The claim's read-back: slots of jobs it returns are held until their settle; the others (a lapsed job
         that went dead rather than ours) are given back."""
         self._limits_sql()
+        holds = self._limit_holds
         for seq, job_id in jobs:
             held = plan.held.pop(seq, [])
             if held:
-                self._limit_holds.setdefault(job_id, []).extend(held)
+                holds.setdefault(job_id, []).extend(held)
+        while len(holds) > MAX_HOLDS:  # jobs never settled here (their lease lapsed): their slots free themselves
+            del holds[next(iter(holds))]
         await self._give_back([entry for held in plan.held.values() for entry in held])
 
     async def _pending_past(self, refused: Sequence[Group], now: int, count: int) -> list[tuple[int, int, int]]:
