@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard bench-limits soak differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard bench-limits soak soak-limits differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -66,6 +66,11 @@ FAULT ?=
 JOBS ?=
 soak: setup
 	$(PY) -m tests.harness.soak --seconds $(SECONDS) $(if $(FAULT),--fault $(FAULT)) $(if $(JOBS),--jobs $(JOBS))
+
+## Fleet-wide limits across 4 replica processes x 8 handlers, SIGKILLs included (issue 21.3): make soak-limits
+## [JOBS=5000] jobs of a limited action beside as many of an unlimited one (`make test` runs 240)
+soak-limits: setup
+	PLITZI_LIMITS_JOBS=$(or $(JOBS),5000) $(PY) -m pytest -q -s tests/faults/test_limits_fleet.py
 
 ## The memory stores and the MySQL stores driven by one random sequence of operations each, every answer and the
 ## state compared: make differential [SEEDS=50] [OPS=1000] (about 6 minutes; `make test` runs 3 seeds of 300);
