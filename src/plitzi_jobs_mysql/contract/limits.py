@@ -19,6 +19,10 @@
 - A job over its limit stays `pending` as it was (no attempt spent, no error) and is claimed by a later claim once
   a slot or the window allows; the other due jobs of the claim are taken past it.
 
+- What an operator sees: `limit_usage(space_ids=None)` on both stores, a `LimitUsage` per group a claim has
+  worked to (its limit as that claim gave it, the slots held, the starts in the last `per_ms`); the CLI's
+  `plitzi-jobs-mysql limits`.
+
 Each store implements this as single-row compare-and-sets (the MySQL store: mysql/limits.py; the memory store:
 memory/limits.py); `testing/limits_contract.py` checks both.
 """
@@ -26,6 +30,7 @@ memory/limits.py); `testing/limits_contract.py` checks both.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from ..records import ActionLimit, Job
@@ -57,3 +62,18 @@ def group_of(space_id: int, action_id: str, key: str | None, limit: ActionLimit)
 def job_group(job: Job, limits: Mapping[str, ActionLimit]) -> tuple[Group, ActionLimit] | None:
     limit = limits.get(job.action_id)
     return None if limit is None else (group_of(job.space_id, job.action_id, job.key, limit), limit)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitUsage:
+    """An operator's view of one limited group (`limit_usage()` of both stores): the limit the claims last worked
+    to, the slots held now and the starts within the last `per_ms`."""
+
+    space_id: int
+    action_id: str
+    key: str | None  # with `by_key`; None otherwise
+    concurrency: int | None
+    running: int  # slots held (jobs running under the limit)
+    rate: int | None
+    per_ms: int
+    started: int  # starts within the last `per_ms`, by the store's clock

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..contract.events import limit_reached
-from ..contract.limits import Group, job_group
+from ..contract.limits import Group, LimitUsage, job_group
 from ..records import ActionLimit, Job
 
 #: Whether the job with this id is still `running` under a live lease by this claim (worker, claimed_at) at `at`.
@@ -20,6 +20,7 @@ class MemoryLimits:
     # group -> (job_id, worker_id, claimed_at) of each slot taken; a holder that no longer runs is dropped lazily.
     _slots: dict[Group, list[tuple[str, str, int]]] = field(default_factory=dict)
     _starts: dict[Group, deque[int]] = field(default_factory=dict)
+    _limits: dict[Group, ActionLimit] = field(default_factory=dict)  # as the last claim that met the group gave it
 
     def refuses(self, job: Job, limits: Mapping[str, ActionLimit], at: int, held_by: HeldBy) -> str | None:
         """None when a claim at `at` may start `job` now (without taking anything), else the limit it is at."""
@@ -27,6 +28,7 @@ class MemoryLimits:
         if found is None:
             return None
         group, limit = found
+        self._limits[group] = limit
         if limit.concurrency is not None:
             holders = [h for h in self._slots.get(group, []) if held_by(h[0], h[1], h[2], at)]
             self._slots[group] = holders
@@ -51,7 +53,15 @@ class MemoryLimits:
         if limit.rate is not None:
             self._starts.setdefault(group, deque()).append(at)
 
-    def usage(self, group: Group, at: int, per_ms: int, held_by: HeldBy) -> tuple[int, int]:
-        """(slots held, starts in the last `per_ms`) of a group."""
-        running = sum(1 for h in self._slots.get(group, []) if held_by(h[0], h[1], h[2], at))
-        return running, sum(1 for s in self._starts.get(group, ()) if s > at - per_ms)
+    def usage(self, spaces: list[int] | None, at: int, held_by: HeldBy) -> list[LimitUsage]:
+        found = []
+        for group, limit in sorted(self._limits.items(), key=lambda item: repr(item[0])):
+            if spaces is not None and group[0] not in spaces:
+                continue
+            running = sum(1 for h in self._slots.get(group, []) if held_by(h[0], h[1], h[2], at))
+            started = sum(1 for s in self._starts.get(group, ()) if s > at - limit.per_ms)
+            space_id, action_id, key = group
+            found.append(LimitUsage(space_id=space_id, action_id=action_id, key=key, concurrency=limit.concurrency,
+                                    running=running, rate=limit.rate, per_ms=limit.per_ms,
+                                    started=started))  # fmt: skip
+        return found

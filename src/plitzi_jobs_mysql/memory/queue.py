@@ -16,7 +16,7 @@ from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
 from ..contract.events import Emitter, EventHook, dead_by_loss
 from ..contract.events import limited as limited_event
-from ..contract.limits import limits_arg
+from ..contract.limits import LimitUsage, limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..records import (
@@ -244,6 +244,9 @@ class MemoryJobQueue(MemoryOperatorReads):
             heapq.heappush(self._ready, entry)
         self._evict()
         return taken
+
+    async def limit_usage(self, *, space_ids: Sequence[int] | None = None) -> list[LimitUsage]:
+        return self._limits.usage(check.space_ids_or_all(space_ids), self._now(), self._holds)
 
     def _holds(self, job_id: str, worker_id: str, claimed_at: int, at: int) -> bool:
         job = row.job if (row := self._jobs.get(job_id)) else None

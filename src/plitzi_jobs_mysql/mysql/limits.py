@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pymysql
 
+from ..contract import validation as check
 from ..contract.clock import InjectedClock
 from ..contract.events import EventHook, limit_reached
 from ..contract.events import limited as limited_event
-from ..contract.limits import Group, group_of
+from ..contract.limits import Group, LimitUsage, group_of
 from ..records import ActionLimit
 from .schema.tables import table_names
 from .session import Connection, as_text, is_conflict, is_duplicate
@@ -134,6 +136,10 @@ class LimitSql:
     def insert_start(self, at: str) -> str:
         return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), CAST({at} AS CHAR), NULL)"
 
+    def notes(self) -> str:
+        # Every group's `m` row: 0xFF, 16 bytes of digest, then 'm' at byte 18.
+        return f"SELECT v FROM {self.kv} WHERE k >= UNHEX('ff') AND SUBSTRING(k, 18, 1) = 'm'"
+
     def insert(self) -> str:
         return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), %s, NULL)"
 
@@ -215,11 +221,12 @@ class LimitedClaims(QueueCore):
         groups = {group: limit for group, limit in limited.values()}
         ranges: list[str] = []
         for group, limit in groups.items():
-            for kind, count in (("c", limit.concurrency), ("r", limit.rate)):
+            for kind, count in (("c", limit.concurrency), ("r", limit.rate), ("m", 1)):
                 if count is not None:
                     ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
         rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, *ranges)))
         present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
+        await self._note_limits(groups, present)
         need: dict[Group, int] = {}
         for group, _limit in limited.values():
             need[group] = need.get(group, 0) + 1
@@ -306,6 +313,42 @@ class LimitedClaims(QueueCore):
             del holds[next(iter(holds))]
         await self._give_back([entry for held in plan.held.values() for entry in held])
 
+    async def _note_limits(self, groups: Mapping[Group, ActionLimit], present: Mapping[str, tuple[str, bool]]) -> None:
+        """Each group's `m` row says which limit claims work to (for `limit_usage`): written when it changed."""
+        for group, limit in groups.items():
+            key = _row_key(group, "m", 0)
+            # Led by "0 ", which the slot rows' join reads as no job (and casts without a warning).
+            value = "0 " + json.dumps([*group, limit.concurrency, limit.rate, limit.per_ms], ensure_ascii=False)
+            if key not in present or present[key][0] != value:
+                await self._cas_row((key, present[key][0] if key in present else None), value)
+
+    async def limit_usage(self, *, space_ids: Sequence[int] | None = None) -> list[LimitUsage]:
+        """The `LimitUsage` of every group claims have worked to (of those spaces; None: all)."""
+        spaces = check.space_ids_or_all(space_ids)
+        sql = self._limits_sql()
+        now = await self._now_ms()
+        notes = await self._store.run(lambda conn: conn.fetch(sql.notes()))
+        usage = []
+        for (value,) in notes:
+            space_id, action_id, key, concurrency, rate, per_ms = json.loads(as_text(value)[2:])
+            if spaces is not None and space_id not in spaces:
+                continue
+            group: Group = (space_id, action_id, key)
+            ranges = [_row_key(group, "c", 0), _row_key(group, "c", concurrency or 0),
+                      _row_key(group, "r", 0), _row_key(group, "r", rate or 0)]  # fmt: skip
+            rows = await self._store.run(functools.partial(_fetch, sql=sql.rows(2), args=(now, *ranges)))
+            slot, start = _group_prefix(group) + "63", _group_prefix(group) + "72"
+            running = started = 0
+            for k, v, held in rows:
+                hex_key, text = as_text(k).lower(), as_text(v)
+                if hex_key.startswith(slot) and text != FREE and not _slot_free(text, bool(held), now):
+                    running += 1
+                elif hex_key.startswith(start) and text.lstrip("-").isdigit() and int(text) > now - per_ms:
+                    started += 1
+            usage.append(LimitUsage(space_id=space_id, action_id=action_id, key=key, concurrency=concurrency,
+                                    running=running, rate=rate, per_ms=per_ms, started=started))  # fmt: skip
+        return sorted(usage, key=lambda u: (u.space_id, u.action_id, u.key or ""))
+
     async def _pending_past(self, refused: Sequence[Group], now: int, count: int) -> list[tuple[int, int, int]]:
         """Due pending jobs of every group but the refused ones, oldest first."""
         args: list[Any] = [now]
@@ -385,6 +428,10 @@ class LimitedClaims(QueueCore):
             await self._give_back(held)
             # A slot came free: a worker waiting on it claims now rather than at its next poll.
             self.wakeups.notify(self.wakeup_topic)
+
+
+async def _fetch(conn: Connection, *, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return await conn.fetch(sql, args)
 
 
 class _Lost(Exception):

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from ..contract.events import EventKind, JobEvent
+from ..contract.limits import LimitUsage
 from ..contract.protocols import JobQueue
 from ..records import ActionLimit, AttemptOutcome
 from .support import Advance, job, now_ms
@@ -127,3 +128,19 @@ class LimitsContract:
         assert sorted(j.id for j in taken) == ["s0", "s1"]
         assert seen and {(e.kind, e.job_id, e.action_id) for e in seen} == {(EventKind.LIMITED, "s2", "slow")}
         assert seen[0].message == "concurrency limit (2 running at once)"
+
+    async def test_limit_usage_shows_running_and_starts_per_group(self, queue: JobQueue) -> None:
+        await self._backlog(queue, slow=4, other=2)
+        limits = {"slow": ActionLimit(concurrency=2, rate=5, per_ms=60_000)}
+        assert await _claim(queue, "w1", 1, limits) == ["s0"]
+        assert await _claim(queue, "w1", 10, limits) == ["o0", "o1", "s1"]
+        usage = cast(Any, queue).limit_usage  # beside the JobQueue protocol, as `limits` is
+        assert await usage() == [
+            LimitUsage(
+                space_id=1, action_id="slow", key=None, concurrency=2, running=2, rate=5, per_ms=60_000, started=2
+            )
+        ]
+        await _succeed(queue, "s0", "w1")
+        (after,) = await usage(space_ids=[1])
+        assert (after.running, after.started) == (1, 2), "a settle frees the slot; its start still counts"
+        assert await usage(space_ids=[2]) == []
