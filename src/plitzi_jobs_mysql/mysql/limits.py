@@ -41,7 +41,8 @@ from ..contract.events import EventHook, limit_reached
 from ..contract.events import limited as limited_event
 from ..contract.limits import Group, LimitUsage, group_of
 from ..records import ActionLimit
-from .schema.tables import table_names
+from .limit_statements import FREE, LimitSql
+from .queue_core import log
 from .session import Connection, as_text, is_conflict, is_duplicate
 from .statements import NOW_MS
 
@@ -50,7 +51,6 @@ if TYPE_CHECKING:
 else:
     QueueCore = object
 
-FREE = "0 0 -"
 NUMBER_DIGITS = 7  # ActionLimit's concurrency and rate are at most 1,000,000
 #: Slots remembered for a settle to give back; beyond it the oldest are forgotten (they free themselves anyway).
 MAX_HOLDS = 100_000
@@ -99,61 +99,6 @@ def _free_entries(
         if key not in present:
             missing.append((key, None))
     return (missing + [entry for _at, entry in sorted(old)])[:need]
-
-
-@dataclass
-class LimitSql:
-    kv: str
-    jobs: str
-
-    @classmethod
-    def for_prefix(cls, prefix: str) -> LimitSql:
-        t = table_names(prefix)
-        return cls(kv=f"`{t.kv}`", jobs=f"`{t.jobs}`")
-
-    def groups_of(self) -> str:
-        return f"SELECT seq, space_id, action_id, `key`, id FROM {self.jobs} WHERE seq IN %s"
-
-    def rows(self, ranges: int) -> str:
-        where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
-        return (
-            f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL FROM {self.kv} s LEFT JOIN {self.jobs} j "
-            "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status = 'running' "
-            "AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)) "
-            f"WHERE {where}"
-        )
-
-    def take(self) -> str:
-        return f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
-
-    def take_start(self, at: str) -> str:
-        # The start's instant and the window's cutoff judged in the statement, on one clock for every claimer.
-        return (
-            f"UPDATE {self.kv} SET v = CAST({at} AS CHAR) "
-            f"WHERE k = UNHEX(%s) AND v = %s AND CAST(v AS SIGNED) <= {at} - %s"
-        )
-
-    def insert_start(self, at: str) -> str:
-        return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), CAST({at} AS CHAR), NULL)"
-
-    def notes(self) -> str:
-        # Every group's `m` row: 0xFF, 16 bytes of digest, then 'm' at byte 18.
-        return f"SELECT v FROM {self.kv} WHERE k >= UNHEX('ff') AND SUBSTRING(k, 18, 1) = 'm'"
-
-    def insert(self) -> str:
-        return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), %s, NULL)"
-
-    def give_back(self, count: int) -> str:
-        # Pairs may cross (k1 with v2) only where job 2 holds slot k1: also a slot this queue gives back now.
-        keys = ", ".join(["UNHEX(%s)"] * count)
-        return f"UPDATE {self.kv} SET v = '{FREE}' WHERE k IN ({keys}) AND v IN %s"
-
-    def pending_past(self, groups: int) -> str:
-        past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
-        return (
-            f"SELECT seq, run_at, 0 FROM {self.jobs} FORCE INDEX (job_due) "
-            f"WHERE status = 'pending' AND run_at <= %s AND {past} ORDER BY run_at, seq LIMIT %s"
-        )
 
 
 #: (key as hex, the value read, or None: the row does not exist yet).
@@ -424,10 +369,16 @@ class LimitedClaims(QueueCore):
         if not holds:
             return
         held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
-        if held:
+        if not held:
+            return
+        try:
             await self._give_back(held)
-            # A slot came free: a worker waiting on it claims now rather than at its next poll.
-            self.wakeups.notify(self.wakeup_topic)
+        except Exception as error:  # the settle itself landed: never fail it for a slot that frees itself
+            log.warning("could not give back %d limit slot(s) (they free themselves within a lease): %s", len(held),
+                        error)  # fmt: skip
+            return
+        # A slot came free: a worker waiting on it claims now rather than at its next poll.
+        self.wakeups.notify(self.wakeup_topic)
 
 
 async def _fetch(conn: Connection, *, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
