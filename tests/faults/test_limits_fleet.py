@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ import pytest
 from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements
 from plitzi_jobs_mysql.mysql.session import as_text
 from plitzi_jobs_mysql.url import parse_mysql_url
+from tests.harness.injectors import ProxyCuts
 from tests.harness.replica import LedgerRow, ensure_ledger, read_ledger
 
 from ..conftest import sql
@@ -160,3 +162,52 @@ def test_rate_holds_across_processes(fleet: Fleet, database_url: str) -> None:
     assert most_in_window(claims, 450) <= 10
     span = max(claims) - min(claims)
     assert span >= (count // 10 - 1) * 500 - 50, f"{count} starts at 10 per 500 ms took only {span} ms"
+
+
+def test_concurrency_holds_while_the_proxy_cuts_connections(database_url: str, tmp_path: Path) -> None:
+    """The replicas reach the server through the fault proxy, which cuts a connection every ~200 ms (often after a
+    statement went out and before its reply: a slot taken, or given back, with nobody told). The ledger goes
+    through a clean line."""
+    fault = ProxyCuts(every_s=0.2)
+    package = fault.package_url(database_url)
+    assert fault.proxy is not None
+    proxy = fault.proxy
+    ensure_ledger(database_url)
+    count = max(60, JOBS // 2)
+    insert(database_url, "limited", count, sleep_ms=15)
+    insert(database_url, "free", count, sleep_ms=2)
+    fleet = Fleet(package, tmp_path, ledger_url=database_url, workers=8, lease_ms=LEASE_MS, poll_ms=100,
+                  produce=False, backoff_base_ms=100, backoff_max_ms=400, log_level="INFO",
+                  limit=[f"limited={CONCURRENCY}"])  # fmt: skip
+    stop = threading.Event()
+
+    def cutting() -> None:
+        rng = random.Random(5)
+        while not stop.wait(rng.uniform(0.1, 0.3)):
+            proxy.cut()
+
+    cutter = threading.Thread(target=cutting, daemon=True)
+    cutter.start()
+    try:
+        for _ in range(4):
+            fleet.spawn()
+        wait_until(lambda: finished(database_url), "every job finishing", 180)
+    finally:
+        stop.set()
+        cutter.join()
+        fleet.stop_all()
+        fault.close()
+    ledger = read_ledger(database_url)
+    limited = [r for r in ledger if r.action_id == "limited"]
+    assert sum(proxy.injected.values()) >= 10, proxy.injected
+    assert most_running(limited, {}) <= CONCURRENCY
+    statuses = Counter(r[0] for r in sql(database_url, "SELECT status FROM action_jobs"))
+    assert statuses == {"succeeded": 2 * count}, statuses
+    done = Counter(r.job_id for r in ledger if r.outcome != "running")
+    assert len(done) == 2 * count
+    histories = {as_text(i): json.loads(h) for i, h in sql(database_url, "SELECT id, history FROM action_jobs")}
+    for job_id in [job_id for job_id, runs in done.items() if runs > 1]:
+        # A second run only after a settle the cuts kept from landing for a whole lease: a `lost` attempt.
+        assert "lost" in [h["status"] for h in histories[job_id]], (job_id, histories[job_id])
+    print(f"\nproxy cuts {dict(proxy.injected)}: most limited running at once {most_running(limited, {})} of "
+          f"{CONCURRENCY}, {sum(runs > 1 for runs in done.values())} job(s) run again after a lost settle")  # fmt: skip
