@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard bench-limits soak soak-limits differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -53,6 +53,10 @@ bench-limits: setup
 bench-quick: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py --quick
+
+## Pickup latency of a job enqueued inside the caller's transaction (issue 20.1), with and without announce_due().
+bench-txn: setup
+	$(PY) bench/txn_pickup.py
 
 ## The dashboard's pages with 1,000,000 finished + 100,000 waiting jobs (issue 22.4): server time per page.
 bench-dashboard: setup

@@ -13,6 +13,7 @@ from .contract.wakeups import LocalWakeups, WakeupChannel
 from .errors import (
     ConnectionCharsetError,
     KvRowLockedError,
+    LeaseLostError,
     PayloadTooLargeError,
     PlitziJobsError,
     SchemaMismatchError,
@@ -43,6 +44,7 @@ from .records import (
     SweepResult,
     schedule_job_id,
 )
+from .runtime.actions import Actions, DeclaredAction
 from .runtime.scheduler import Scheduler, create_scheduler
 from .runtime.schedules import ActionEntry, ActionLookups, ScheduleTrigger, schedule_for
 from .runtime.worker import JobWorker, PermanentFailure, RetryLater, create_job_worker
@@ -52,10 +54,12 @@ __all__ = [
     "ActionJobs",
     "ActionLimit",
     "ActionLookups",
+    "Actions",
     "Attempt",
     "AttemptOutcome",
     "AttemptStatus",
     "ConnectionCharsetError",
+    "DeclaredAction",
     "EventHook",
     "EventKind",
     "FinishedCount",
@@ -68,6 +72,7 @@ __all__ = [
     "JobWorker",
     "KvRowLockedError",
     "KvStore",
+    "LeaseLostError",
     "LocalWakeups",
     "MissedFires",
     "MysqlJobQueue",

@@ -39,9 +39,15 @@ class StoreUnavailableError(PlitziJobsError, ConnectionError):
     """The store could not be reached (connection refused, lost, or the server read-only) for this call."""
 
 
+class LeaseLostError(PlitziJobsError):
+    """`complete_in` found the job no longer held by the worker named (its lease lapsed and another claim took it,
+    or it was settled already): nothing was written, and raising lets the caller's own writes roll back with it."""
+
+
 __all__ = [
     "ConnectionCharsetError",
     "KvRowLockedError",
+    "LeaseLostError",
     "PayloadTooLargeError",
     "PlitziJobsError",
     "SchemaMismatchError",

@@ -4,18 +4,25 @@ Loaded by pytest wherever the package is installed (disable with ``-p no:plitzi_
 
 - ``plitzi_mysql_url`` (session): a root URL of a server — ``PLITZI_MYSQL_URL`` if set, else a testcontainers
   MySQL container where a Docker daemon answers, else a ``mysqld``/``mariadbd`` started in a temporary directory;
-- ``plitzi_mysql_database`` (per test): the URL of a fresh, empty ``utf8mb4_bin`` database, dropped after;
+- ``plitzi_mysql_database`` (per test): the URL of a fresh, empty ``utf8mb4_bin`` database, dropped after; its
+  name starts with ``pjm_test`` unless the ini option ``plitzi_mysql_database_prefix`` or the environment variable
+  ``PLITZI_MYSQL_DATABASE_PREFIX`` (which wins) says otherwise (1-40 letters, digits or underscores);
 - ``plitzi_mysql_pool`` (per test, needs pytest-asyncio): an aiomysql pool on that database (utf8mb4,
   autocommit), closed after.
 
 It also has pytest rewrite the contract suites' assertions, so a failing contract shows the values it compared.
 The fixtures are declared for pytest-asyncio's default strict mode; nothing here needs ``asyncio_mode=auto``.
+In a project that leaves ``asyncio_default_fixture_loop_scope`` unset, pytest-asyncio's deprecation warning about
+it is silenced: every async fixture here (and the contract suites' subjects) is function-scoped, the value the
+warning says the default will become, so nothing changes when it does. A project that sets it is left alone.
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -27,6 +34,38 @@ from .testing import fresh_database, mysql_server_url  # noqa: E402
 
 __all__ = ["plitzi_mysql_database", "plitzi_mysql_url"]
 
+PREFIX_INI: Final = "plitzi_mysql_database_prefix"
+PREFIX_ENV: Final = "PLITZI_MYSQL_DATABASE_PREFIX"
+DEFAULT_PREFIX: Final = "pjm_test"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addini(
+        PREFIX_INI,
+        help=f"how the names of plitzi_mysql_database's throwaway databases start (default {DEFAULT_PREFIX}; "
+        f"${PREFIX_ENV} wins)",
+        default=DEFAULT_PREFIX,
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-asyncio's own pytest_configure, which warns
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        scope = config.getini("asyncio_default_fixture_loop_scope")
+    except ValueError:  # no pytest-asyncio here: nothing warns
+        return
+    if not scope:
+        warnings.filterwarnings(
+            "ignore",
+            message='The configuration option "asyncio_default_fixture_loop_scope" is unset',
+            category=pytest.PytestDeprecationWarning,
+        )
+
+
+def database_prefix(config: pytest.Config) -> str:
+    """The prefix of this session's throwaway databases: the environment's, the ini option's, or the default."""
+    return os.environ.get(PREFIX_ENV, "").strip() or str(config.getini(PREFIX_INI) or DEFAULT_PREFIX)
+
 
 @pytest.fixture(scope="session")
 def plitzi_mysql_url() -> Iterator[str]:
@@ -36,9 +75,9 @@ def plitzi_mysql_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def plitzi_mysql_database(plitzi_mysql_url: str) -> Iterator[str]:
+def plitzi_mysql_database(plitzi_mysql_url: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """The URL of a fresh, empty database of this test's own, dropped after it."""
-    with fresh_database(plitzi_mysql_url) as url:
+    with fresh_database(plitzi_mysql_url, database_prefix(request.config)) as url:
         yield url
 
 

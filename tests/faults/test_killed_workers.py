@@ -195,10 +195,18 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     lost_crash = {k: v for k, v in cut_short.items() if k[0].startswith("crash")}
     cut_short_here = {k: v for k, v in cut_short.items() if k not in lost_crash}
     assert {k: lost[k] for k in cut_short_here} == cut_short_here
-    # A kill can also land between a claim and the handler's first ledger write: a `lost` attempt with no run
-    # behind it. Only then may a lost attempt stand alone: that worker never started this job.
+    # A kill can also land between a claim and the handler's first ledger write (a `lost` attempt with no run
+    # behind it), or between the handler's end and its settle (batched settles wait a few ms): the run finished,
+    # the store never heard, and the job runs again — at-least-once, as a SIGKILL allows nothing better. Only
+    # then may a lost attempt stand without a run cut short.
     started_runs = {(r.job_id, r.worker_id) for r in ledger}
-    assert all(k not in started_runs for k in lost if k not in cut_short_here), (lost, cut_short_here)
+    ended_unsettled = {
+        (r.job_id, r.worker_id) for r in ledger if r.outcome == "succeeded" and (r.job_id, r.worker_id) in lost
+    }
+    assert all(k not in started_runs or k in ended_unsettled for k in lost if k not in cut_short_here), (
+        lost,
+        cut_short_here,
+    )
     sigkilled = {w for w, code in codes.items() if code == -signal.SIGKILL}  # by the test or by a crash job
     assert set(fleet.killed) <= sigkilled
     assert {w for _, w in lost} <= sigkilled, (lost, sigkilled)
@@ -207,7 +215,9 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
         ordered = sorted(job_runs, key=lambda r: r.started_at)
         for before, after in itertools.pairwise(ordered):
             assert before.ended_at is None or before.ended_at <= after.started_at, (job_id, before, after)
-        assert [r.outcome for r in ordered].count("succeeded") == (0 if job_id == "crash-always" else 1)
+        unsettled = sum(1 for r in ordered if (r.job_id, r.worker_id) in ended_unsettled)
+        expected = 0 if job_id == "crash-always" else 1 + unsettled
+        assert [r.outcome for r in ordered].count("succeeded") == expected, (job_id, ordered)
     # No deadlock or lock wait ever reached a caller.
     logs = fleet.log_text()
     # The codes as the driver words them ("(1213, 'Deadlock ...')"): the worker's log lines name job and run ids,
@@ -218,5 +228,6 @@ def test_sigkilled_workers_lose_no_job_and_a_job_that_kills_every_time_ends_dead
     assert {code for w, code in codes.items() if w not in sigkilled} == {0}, codes
     print(
         f"\nkilled workers: {len(sigkilled)} SIGKILLs ({KILLS} by the test), {sum(lost.values())} lost attempts "
-        f"on ordinary jobs, {len(fleet.procs)} processes, all {len(jobs)} jobs finished in {elapsed:.1f} s"
+        f"on ordinary jobs ({len(ended_unsettled)} after the run ended, before its settle), "
+        f"{len(fleet.procs)} processes, all {len(jobs)} jobs finished in {elapsed:.1f} s"
     )

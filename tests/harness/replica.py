@@ -307,8 +307,8 @@ class _FireCountingQueue(MysqlJobQueue):
     enqueued = 0
     duplicates = 0
 
-    async def enqueue(self, job: JobInput) -> bool:
-        created = await super().enqueue(job)
+    async def enqueue(self, job: JobInput, *, connection: Any = None) -> bool:
+        created = await super().enqueue(job, connection=connection)
         if job.trigger == "schedule":
             if created:
                 self.enqueued += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -20,6 +21,7 @@ from ..conftest import mariadb_client, sql
 from ..support import job
 
 TABLES = ("action_jobs", "action_schedules", "action_kv")
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z"  # an instant as the commands print it, in UTC
 
 
 def cli(*args: str, env_url: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -190,8 +192,11 @@ def test_jobs_list(migrated: str) -> None:
 
     human = ok(cli("jobs", "list", *url, "--space", "1")).stdout
     header = human.splitlines()[0]
-    assert header.split() == ["ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN", "AT", "UPDATED", "AT", "ERROR"]
+    assert header.split() == ["ID", "SPACE", "ACTION", "STATUS", "ATTEMPTS", "RUN", "AT", "UPDATED", "ERROR"]
     assert "pending-due" in human and "succeeded" in human and "1-5 of 5 job(s) in space(s) 1" in human
+    # Instants in ISO UTC with their age by the server's clock: `pending-later` is due in an hour.
+    later = next(line for line in human.splitlines() if line.startswith("pending-later"))
+    assert re.search(rf"{ISO} \(in (59m \d+(\.\d)?s|1h)\)", later), later
     # Columns are aligned: every row starts its STATUS cell where the header does.
     column = header.index("STATUS")
     for line in human.splitlines()[1:6]:
@@ -205,23 +210,34 @@ def test_jobs_show(migrated: str) -> None:
     assert [a["status"] for a in job["history"]] == ["succeeded"]
     human = ok(cli("jobs", "show", "--url", migrated, "--space", "1", "done")).stdout
     assert "succeeded" in human and "history" in human and "r1" in human
-    # Another space's job is not found: exit 2. Ids are exact.
-    assert "no job 'other'" in fails(cli("jobs", "show", "--url", migrated, "--space", "1", "other"))
+    # Instants in ISO UTC with their age (the seed settled it within the last minute), durations in words.
+    assert re.search(rf"^updated at +{ISO} \((\d+(\.\d)?s|\d+ms|1m( \d+s)?) ago\)$", human, re.M), human
+    assert re.search(r"^1 +succeeded +\S+ \(.* ago\) +\d+(ms|(\.\d)?s) +w1 +r1", human, re.M), human
+    # Another space's job is not found in that space: exit 2. Ids are exact.
+    assert fails(cli("jobs", "show", "--url", migrated, "--space", "1", "other")) == (
+        "plitzi-jobs-mysql: no job 'other' in space(s) 1"
+    )
     assert "no job 'DONE'" in fails(cli("jobs", "show", "--url", migrated, "--space", "1", "DONE"))
+    # Without --space the job is found wherever it is: ids are unique across the table.
+    other = as_json(cli("jobs", "show", "--url", migrated, "other", "--json"))
+    assert (other["id"], other["space_id"]) == ("other", 2)
+    assert "space        2" in ok(cli("jobs", "show", "--url", migrated, "other")).stdout
+    assert fails(cli("jobs", "show", "--url", migrated, "nope")) == "plitzi-jobs-mysql: no job 'nope'"
 
 
 def test_jobs_retry(migrated: str) -> None:
     seed(migrated)
     # A job that succeeded did its work: running it again takes --force.
     line = fails(cli("jobs", "retry", "--url", migrated, "--space", "1", "done"), code=1)
-    assert "succeeded" in line and "--force" in line
+    assert "job 'done' already succeeded; retrying runs it again" in line and "--force" in line
+    assert "job 'done' already succeeded" in fails(cli("jobs", "retry", "--url", migrated, "done"), code=1)
     assert as_json(cli("jobs", "show", "--url", migrated, "--space", "1", "done", "--json"))["status"] == "succeeded"
     done = as_json(cli("jobs", "retry", "--url", migrated, "--space", "1", "--force", "done", "--json"))
     assert done == {
         "id": "done", "done": True, "status_before": "succeeded", "status": "pending", "cancel_requested": False,
     }  # fmt: skip
-    human = ok(cli("jobs", "retry", "--url", migrated, "--space", "1", "done-2", "--force"))
-    assert "requeued" in human.stdout
+    human = ok(cli("jobs", "retry", "--url", migrated, "done-2", "--force"))  # found without --space
+    assert human.stdout.strip() == "job 'done-2' had succeeded; requeued: pending now, attempts reset"
     # A job that is not finished: exit 1 with a clear line.
     line = fails(cli("jobs", "retry", "--url", migrated, "--space", "1", "running"), code=1)
     assert "is running" in line and "only a finished job" in line
@@ -240,8 +256,41 @@ def test_jobs_cancel(migrated: str) -> None:
     shown = as_json(cli("jobs", "show", *url, "running", "--json"))
     assert shown["status"] == "running" and shown["cancel_requested"] is True
     line = fails(cli("jobs", "cancel", *url, "done"), code=1)
-    assert "is succeeded" in line and "only a pending or running job" in line
+    assert "job 'done' already succeeded; only a pending or running job can be cancelled" in line
+    again = fails(cli("jobs", "cancel", "--url", migrated, "pending-later"), code=1)  # found without --space
+    assert "job 'pending-later' was already cancelled" in again
+    assert ok(cli("jobs", "cancel", "--url", migrated, "other")).stdout.strip() == "job 'other' cancelled"
     assert "no job 'nope'" in fails(cli("jobs", "cancel", *url, "nope"))
+
+
+def test_jobs_cancel_all_and_retry_all_count_first_and_run_only_with_yes(migrated: str) -> None:
+    seed(migrated)
+    url = ["--url", migrated, "--space", "1"]
+    line = fails(cli("jobs", "cancel-all", *url))  # no --yes: counts, refuses, changes nothing
+    assert "cancel 2 pending job(s) and ask 1 running job(s) to stop in space 1" in line and "--yes" in line
+    dry = ok(cli("jobs", "cancel-all", *url, "--dry-run"))
+    assert "would cancel 2 pending" in dry.stdout and "nothing changed" in dry.stdout
+    assert as_json(cli("jobs", "cancel-all", *url, "--dry-run", "--json")) == {
+        "space": 1, "action": None, "pending": 2, "running": 1, "changed": None, "dry_run": True, "done": False,
+    }  # fmt: skip
+    assert as_json(cli("jobs", "show", *url, "pending-due", "--json"))["status"] == "pending"
+    assert "3 job(s) changed in space 1" in ok(cli("jobs", "cancel-all", *url, "--yes")).stdout
+    statuses = {j["id"]: (j["status"], j["cancel_requested"]) for j in as_json(cli("jobs", "list", "--url", migrated,
+                                                                                  "--json"))["jobs"]}  # fmt: skip
+    assert statuses == {
+        "pending-due": ("cancelled", False), "pending-later": ("cancelled", False), "running": ("running", True),
+        "done": ("succeeded", False), "done-2": ("succeeded", False), "other": ("pending", False),
+    }  # fmt: skip
+    retried = as_json(cli("jobs", "retry-all", *url, "--status", "cancelled", "--yes", "--json"))
+    assert (retried["cancelled"], retried["changed"]) == (2, 2)
+    assert "would requeue 2 succeeded job(s)" in ok(cli("jobs", "retry-all", *url, "--status", "succeeded",
+                                                        "--dry-run")).stdout  # fmt: skip
+    assert (
+        "1 job(s) changed in space 1, action 'act-done'"
+        in ok(cli("jobs", "retry-all", *url, "--action", "act-done", "--status", "succeeded", "--yes")).stdout
+    )
+    assert "would requeue 0 dead job(s)" in fails(cli("jobs", "retry-all", *url))
+    assert "invalid choice" in cli("jobs", "retry-all", *url, "--status", "pending").stderr
 
 
 # -- schedules and stats -------------------------------------------------------------------------------------
@@ -290,7 +339,7 @@ def test_stats(migrated: str) -> None:
     assert actions[(1, "act-running")]["running_lease_lapsed"] == 0
     assert actions[(2, "act-other")]["oldest_due_age_seconds"] is None
     human = ok(cli("stats", "--url", migrated)).stdout
-    assert "pending" in human and "s overdue (run at" in human
+    assert "pending" in human and re.search(rf"oldest due job: \d+(\.\d)?s overdue \(run at {ISO}\)", human), human
     assert "per space and action" in human
     row = next(line.split() for line in human.splitlines() if "act-pending-due" in line)
     assert row[:9] == ["1", "act-pending-due", "1", "0", "0", "0", "0", "0", "1"], row
@@ -320,13 +369,14 @@ def test_errors_are_one_line_and_exit_2(mysql_url: str, migrated: str) -> None:
         line = fails(cli(*command, "--url", migrated, "--prefix", "other_"))
         assert "doesn't exist" in line and "migrate" in line
     # Bad arguments: one line too, not argparse's usage block.
-    assert "--space" in fails(cli("jobs", "show", "--url", migrated, "x"))  # one job: always within spaces
+    assert "required: id" in fails(cli("jobs", "show", "--url", migrated))
     assert "whole number" in fails(cli("jobs", "list", "--url", migrated, "--space", "one"))
     assert "invalid choice" in fails(cli("jobs", "list", "--url", migrated, "--space", "1", "--status", "done"))
     assert "required" in fails(cli())
     assert "invalid choice" in fails(cli("frobnicate"))
     # A job id past the queue's bounds is the queue's ValueError, reported as one line.
     assert "job_id" in fails(cli("jobs", "show", "--url", migrated, "--space", "1", "x" * 500))
+    assert "job_id" in fails(cli("jobs", "retry", "--url", migrated, "x" * 500))  # found by id alone: checked too
 
 
 def test_help_exits_0() -> None:

@@ -11,6 +11,7 @@ server's clock is what is under test and the tests wait for it. The kv store's l
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from pymysql.constants import CLIENT
 from plitzi_jobs_mysql import JobQueue, KvStore, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import ClockStepContract, JobQueueContract, KvContract
+from plitzi_jobs_mysql.testing.bulk_contract import Transaction
 from plitzi_jobs_mysql.testing.limits_contract import LimitsContract
 from plitzi_jobs_mysql.testing.support import Advance, real_time_advance
 
@@ -70,6 +72,25 @@ class TestMysqlJobQueue(JobQueueContract, ClockStepContract, LimitsContract):
     @pytest.fixture
     def rewind(self, clock: Clock | None) -> Advance | None:
         return None if clock is None else clock.rewind
+
+    @pytest.fixture
+    def transaction(self, mysql_pool: tuple[Any, str, str]) -> Transaction:
+        """A connection of the pool, in a transaction of the caller's: committed on the way out, rolled back if
+        the block raised."""
+        pool = mysql_pool[0]
+
+        @contextlib.asynccontextmanager
+        async def transaction() -> AsyncIterator[Any]:
+            async with pool.acquire() as conn:
+                await conn.begin()
+                try:
+                    yield conn
+                except BaseException:
+                    await conn.rollback()
+                    raise
+                await conn.commit()
+
+        return transaction
 
 
 class TestMysqlKv(KvContract):

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,6 +102,11 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
     assets = {n for n in names if n.startswith("plitzi_jobs_mysql/web/") and not n.endswith(".py")}
     assert {"plitzi_jobs_mysql/web/templates/overview.html", "plitzi_jobs_mysql/web/static/dashboard.css"} <= assets
     assert "Provides-Extra: web" in meta and re.search(r"Requires-Dist: starlette.*extra == .web.", meta)
+    # Where the source, the docs and the issues are, for a reader who has only the wheel (issue 23.5).
+    urls = dict(line.removeprefix("Project-URL: ").split(", ", 1) for line in meta.splitlines()
+                if line.startswith("Project-URL: "))  # fmt: skip
+    assert set(urls) == {"Source", "Documentation", "Issues"}, urls
+    assert all(url.startswith(urls["Source"]) for url in urls.values()), urls
 
     with tarfile.open(installed.sdist) as sdist:
         members = {m.name.split("/", 1)[1] for m in sdist.getmembers() if "/" in m.name}
@@ -111,8 +117,22 @@ def test_the_wheel_and_sdist_ship_the_licence_and_the_whole_package(installed: I
 
 def test_the_readme_has_no_relative_links() -> None:
     # A package index renders README.md away from the repository: a relative link there leads nowhere.
-    links = re.findall(r"\]\(([^)]+)\)", README.read_text())
+    text = README.read_text()
+    links = re.findall(r"\]\(([^)]+)\)", text) + re.findall(r"<img src=\"([^\"]+)\"", text)
     assert [link for link in links if not re.match(r"https?://", link)] == []
+
+
+def test_the_readme_says_where_the_files_it_names_live() -> None:
+    """Files the README names that the wheel does not carry (docs/, tests/, ...) are in the source repository: the
+    README names it, as the wheel's metadata does, and every such file it names is there."""
+    text = README.read_text()
+    source = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Source"]
+    assert f"The source repository is {source} (issues: {source}/issues)" in text
+    for folder in ("docs", "tests", "bench", "scripts", "examples", "sql"):
+        assert f"`{folder}/`" in text.split("The source repository is", 1)[1][:400]
+    named = set(re.findall(r"\b((?:docs|tests|bench|scripts|examples|sql)/[\w./-]*\w)", text))
+    assert len(named) > 20
+    assert [path for path in sorted(named) if not (ROOT / path).exists()] == []
 
 
 def test_ddl_from_the_installed_command_makes_the_tables(installed: Installed, database_url: str) -> None:
@@ -130,9 +150,9 @@ def _python_blocks() -> list[str]:
 
 
 def test_the_quickstart_runs_from_the_wheel(installed: Installed, database_url: str) -> None:
-    from .test_readme import point_at
+    from .test_readme import point_at, readme_block
 
-    quickstart = point_at(_python_blocks()[0], database_url)
+    quickstart = point_at(readme_block("AttemptOutcome", "queue.claim("), database_url)
     result = installed.run(installed.python, "-c", quickstart)
     _check(result, "the quickstart")
     assert result.stdout.splitlines() == ["created", "running welcome:42 {'user': 42}", "welcomes sent: 1"]
@@ -277,3 +297,94 @@ def test_the_dashboard_runs_from_the_wheel_with_the_web_extra(installed: Install
         f"{p} 200 True" for p in ("/", "/jobs", "/schedules", "/static/dashboard.css")
     ]
     _check(installed.run("plitzi-jobs-mysql", "dashboard", "--help"), "plitzi-jobs-mysql dashboard --help")
+
+
+# -- the done-test of issue 23: an application written only with the declared-actions API ---------------------
+
+DECLARED_ACTIONS_APP = """
+import asyncio, json, sys
+
+import aiomysql
+
+from plitzi_jobs_mysql import Actions, Job, create_job_worker, create_mysql_job_queue
+
+actions = Actions()
+
+
+@actions.action("greet")
+async def greet(job: Job) -> str:
+    return f"hello {job.input['name']}"
+
+
+@actions.action("slow", timeout_s=0.2, max_attempts=2, backoff_base_ms=100, backoff_max_ms=100)
+async def slow(job: Job) -> None:
+    await asyncio.sleep(60)  # never finishes within its time limit
+
+
+@actions.action("flaky", max_attempts=3, backoff_base_ms=400, backoff_max_ms=400)
+async def flaky(job: Job) -> str:
+    if job.attempts < 2:
+        raise RuntimeError("the first try fails")
+    return "second try"
+
+
+async def main() -> None:
+    pool = await aiomysql.create_pool(**json.loads(sys.argv[1]), autocommit=True)
+    try:
+        queue = create_mysql_job_queue(pool)
+        ids = {name: await actions.enqueue(queue, name, {"name": "Ada"}, space_id=1) for name in actions}
+        worker = create_job_worker(queue=queue, handler=actions, poll_ms=50, worker_id="app")
+        worker.start()
+        done = {}
+        while len(done) < len(ids):
+            for name, job_id in ids.items():
+                job = await queue.get_job([1], job_id)
+                if job is not None and job.status in ("succeeded", "dead"):
+                    done[name] = job
+            await asyncio.sleep(0.05)
+        await worker.stop()
+        for name, job in done.items():
+            attempts = [(a.status, a.error, a.started_at, a.ended_at) for a in job.history]
+            print(json.dumps({"name": name, "status": job.status, "max_attempts": job.max_attempts,
+                              "run_id": job.run_id, "attempts": attempts}))
+    finally:
+        pool.close()
+        await pool.wait_closed()
+
+
+asyncio.run(main())
+"""
+
+
+def test_an_app_written_with_declared_actions_runs_from_the_wheel(installed: Installed, database_url: str) -> None:
+    """Enqueue, run, a time limit hit, a retry policy followed: from the installed wheel, against a real server."""
+    import json
+
+    from plitzi_jobs_mysql.url import parse_mysql_url
+
+    kwargs = {k: v for k, v in parse_mysql_url(database_url).aiomysql_kwargs().items() if k != "ssl"}
+    result = installed.run(installed.python, "-c", DECLARED_ACTIONS_APP, json.dumps(kwargs), timeout=120)
+    _check(result, "the declared-actions app")
+    jobs = {job["name"]: job for job in map(json.loads, result.stdout.splitlines())}
+    assert (jobs["greet"]["status"], jobs["greet"]["run_id"], len(jobs["greet"]["attempts"])) == (
+        "succeeded", "hello Ada", 1)  # fmt: skip
+    # The time limit: each run cancelled past 0.2 s, the attempt failed saying so; 2 attempts, then dead.
+    slow = jobs["slow"]
+    assert (slow["status"], slow["max_attempts"]) == ("dead", 2)
+    limit = "TimeoutError: action 'slow' ran past its time limit of 0.2s (timeout_s); its run was cancelled"
+    assert [(status, error) for status, error, *_ in slow["attempts"]] == [("failed", limit)] * 2
+    assert all(200 <= ended - started < 5_000 for *_, started, ended in slow["attempts"])
+    # The retry policy: a failed first attempt, the second one after the declared 400 ms (plus < 400 ms jitter).
+    flaky = jobs["flaky"]
+    assert (flaky["status"], flaky["max_attempts"], flaky["run_id"]) == ("succeeded", 3, "second try")
+    (first, second) = flaky["attempts"]
+    assert (first[0], first[1], second[0]) == ("failed", "RuntimeError: the first try fails", "succeeded")
+    assert 400 <= second[2] - first[3] < 5_000, (first, second)
+
+
+def test_the_readmes_declared_actions_example_runs_from_the_wheel(installed: Installed, database_url: str) -> None:
+    from .test_readme import point_at
+
+    result = installed.run(installed.python, "-c", point_at(_python_blocks()[0], database_url))
+    _check(result, "the README's first example")
+    assert result.stdout.splitlines() == ["welcoming user 42", "welcome:42 succeeded mail-1"]

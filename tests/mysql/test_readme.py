@@ -18,6 +18,12 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+def readme_block(*needles: str) -> str:
+    """The one example of the README holding every one of `needles`."""
+    (block,) = [b for b in python_blocks() if all(needle in b for needle in needles)]
+    return block
+
+
 def point_at(code: str, url: str) -> str:
     target = parse_mysql_url(url)
     connection = (
@@ -29,8 +35,18 @@ def point_at(code: str, url: str) -> str:
     return pointed
 
 
+def test_the_first_example_is_declared_actions_and_runs(database_url: str) -> None:
+    first = python_blocks()[0]
+    assert first == readme_block("actions = Actions()", "actions.enqueue(")
+    result = subprocess.run(
+        [sys.executable, "-c", point_at(first, database_url)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["welcoming user 42", "welcome:42 succeeded mail-1"]
+
+
 def test_the_quickstart_runs(database_url: str) -> None:
-    quickstart = python_blocks()[0]
+    quickstart = readme_block("AttemptOutcome", "queue.claim(")
     result = subprocess.run(
         [sys.executable, "-c", point_at(quickstart, database_url)], capture_output=True, text=True, timeout=60
     )
@@ -44,7 +60,7 @@ def test_the_quickstart_runs(database_url: str) -> None:
 
 def test_the_service_example_defines_what_it_says() -> None:
     namespace: dict[str, Any] = {}
-    exec(compile(python_blocks()[1], "README.md", "exec"), namespace)
+    exec(compile(readme_block("class Lookups"), "README.md", "exec"), namespace)
     lookups = namespace["Lookups"]()
     (entry,) = asyncio.run(lookups.list_actions(1))
     assert entry.schedule.cron == "0 7 * * *"
@@ -76,7 +92,7 @@ def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
     from plitzi_jobs_mysql import EventKind, JobEvent, create_memory_job_queue, create_memory_kv
 
     service: dict[str, Any] = {}
-    exec(compile(python_blocks()[1], "README.md", "exec"), service)
+    exec(compile(readme_block("class Lookups"), "README.md", "exec"), service)
     paged: list[str] = []
     namespace: dict[str, Any] = {
         "Lookups": service["Lookups"],
@@ -87,7 +103,7 @@ def test_the_observability_example_wires_the_hook_and_telemetry() -> None:
     }
 
     async def run() -> None:
-        exec(compile(python_blocks()[2], "README.md", "exec"), namespace)
+        exec(compile(readme_block("JobsTelemetry()"), "README.md", "exec"), namespace)
         namespace["depth_sampler"].cancel()
 
     asyncio.run(run())
@@ -123,6 +139,39 @@ async def test_the_dashboard_mounts_in_a_starlette_app(database_url: str, monkey
             assert (await client.get("/ops/jobs/static/dashboard.css")).status_code == 200
             refused = await client.get("/ops/jobs/jobs?space=2", headers={"authorization": f"Bearer {token}"})
             assert refused.status_code == 400  # spaces=[1]
+
+
+async def test_the_outbox_example_commits_the_order_and_its_job_together(database_url: str) -> None:
+    import pymysql
+
+    from plitzi_jobs_mysql import create_job_worker, create_mysql_job_queue
+    from tests.conftest import pooled, sql
+    from tests.support import wait_for_job
+
+    (block,) = [b for b in python_blocks() if "complete_in" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    sql(database_url, "CREATE TABLE orders (id INT PRIMARY KEY, email VARCHAR(191), confirmed BOOL NOT NULL)")
+    async with pooled(database_url, charset="utf8mb4") as pool:
+        queue = create_mysql_job_queue(pool)
+        await namespace["place_order"](pool, queue, 7, "ada@example.com")
+        try:  # the same order again: the INSERT fails, the transaction rolls back, and no second job exists
+            await namespace["place_order"](pool, queue, 7, "ada@example.com")
+        except pymysql.err.IntegrityError:
+            pass
+        else:
+            raise AssertionError("a second order 7 was accepted")
+        worker = create_job_worker(queue=queue, handler=namespace["confirm_order"](pool, queue), poll_ms=60_000)
+        worker.start()
+        try:
+            await worker.poll()
+            found = await wait_for_job(queue, "confirm:7", "succeeded")
+            await worker.idle()
+        finally:
+            await worker.stop()
+    assert found.run_id == "confirmed" and [a.status for a in found.history] == ["succeeded"]
+    assert sql(database_url, "SELECT id, confirmed FROM orders") == [(7, 1)]
+    assert [row[0] for row in sql(database_url, "SELECT id FROM action_jobs")] in (["confirm:7"], [b"confirm:7"])
 
 
 def test_the_limits_example_holds_its_limit() -> None:

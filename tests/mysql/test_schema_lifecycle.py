@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +272,33 @@ def test_dry_run_prints_the_plan_and_changes_nothing(database_url: str) -> None:
     listing = cli("jobs", "list", "--url", database_url, "--space", "1")
     assert listing.returncode == 2 and len(listing.stderr.strip().splitlines()) == 1
     assert "TypeScript original" in listing.stderr and "plitzi-jobs-mysql migrate" in listing.stderr
+
+
+def test_migrate_says_which_finished_jobs_retention_will_remove(database_url: str) -> None:
+    """Finished jobs the conversion brings over that finished past the default retention: the first claim would
+    start removing them, so migrate says so, and how to keep them (issue 23.3)."""
+    conn = pymysql.connect(**parse_mysql_url(database_url).pymysql_kwargs(), autocommit=True)
+    with conn.cursor() as cur:
+        ts_original.create_tables(cur)
+    conn.close()
+    t, day = server_now(database_url), 86_400_000
+    ts = ts_original.Original(database_url)
+    try:
+        for id_, finished in (("old-1", t - 120 * day), ("old-2", t - 91 * day), ("recent", t - 89 * day)):
+            ts.enqueue(finished - 2_000, id_, due_at=finished - 2_000)
+            ts.claim(finished - 1_000, id_, "w1", 30_000)
+            ts.settle(finished, id_, "w1", "succeeded", attempt={"status": "succeeded", "workerId": "w1"})
+        ts.enqueue(t - 120 * day, "pending-old", due_at=t + 3_600_000)  # not finished: never purged
+    finally:
+        ts.close()
+    dry = ok(cli("migrate", "--url", database_url, "--dry-run"))
+    assert "note: 2 finished job(s) it would bring over finished more than 90 days ago" in dry.stdout, dry.stdout
+    result = ok(cli("migrate", "--url", database_url))
+    (notice,) = [line for line in result.stderr.splitlines() if "note:" in line]
+    oldest = datetime.fromtimestamp((t - 120 * day) // 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    assert "2 finished job(s) brought over finished more than 90 days ago" in notice
+    assert f"(the oldest finished {oldest}" in notice and "retention_days=3650" in notice
+    assert "note:" not in ok(cli("migrate", "--url", database_url)).stderr  # nothing converted the second time
 
 
 async def test_migrate_turns_the_originals_tables_into_this_schema_without_losing_a_row(

@@ -117,3 +117,28 @@ async def test_the_memory_queue_claims_from_its_heaps_exactly_as_a_full_sort_wou
             await queue.cancel([1], rng.choice(sorted(order)))
         else:
             clock.now += rng.randrange(1, 120)
+
+
+async def test_the_memory_queue_takes_no_connection_but_offers_complete_in_and_announce_due() -> None:
+    from plitzi_jobs_mysql import LeaseLostError
+    from plitzi_jobs_mysql.contract.wakeups import LocalWakeups
+
+    queue = create_memory_job_queue()
+    queue.wakeups = LocalWakeups()
+    woken: list[int] = []
+    queue.wakeups.subscribe(queue.wakeup_topic, lambda: woken.append(1))
+    for call in (queue.enqueue(job("a"), connection=object()), queue.enqueue_many([job("a")], connection="conn")):  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="connection=None"):
+            await call
+    assert await queue.enqueue(job("a"), connection=None)
+    (held,) = await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+    with pytest.raises(TypeError, match="connection=None"):
+        await queue.complete_in(object(), job_id="a", worker_id="w")  # type: ignore[arg-type]
+    with pytest.raises(LeaseLostError):
+        await queue.complete_in(None, job_id="a", worker_id="someone-else")
+    await queue.complete_in(None, job_id=held.id, worker_id="w", run_id="r")
+    found = await queue.get_job([1], "a")
+    assert found is not None and found.status == "succeeded" and found.run_id == "r"
+    woken.clear()
+    queue.announce_due()
+    assert woken == [1]

@@ -268,7 +268,7 @@ class PausingQueue(MemoryJobQueue):
 
 async def test_pause_and_bulk_forms_appear_for_a_queue_that_has_them(queue: MemoryJobQueue) -> None:
     plain = (await client(create_dashboard(queue)).get("/")).text
-    assert "Pause" not in plain and "Retry dead" not in plain
+    assert "Pause" not in plain and "Retry dead" in plain  # the memory queue has the bulk operations
     able = PausingQueue(retain_finished=500, clock=wall_clock_ms)
     able.calls = []
     await able.enqueue_many([job("ok", due_at=1), job("dead", due_at=2), job("waits", due_at=3)])
@@ -288,6 +288,29 @@ async def test_pause_and_bulk_forms_appear_for_a_queue_that_has_them(queue: Memo
                                              "confirm": "1", "csrf": token})  # fmt: skip
         assert done.status_code == 303 and "count=1" in done.headers["location"]
     assert able.calls == [("pause", (1, "emails")), ("retry_all", (1, "emails", "dead"))]
+
+
+async def test_the_bulk_forms_run_the_stores_own_bulk_operations(queue: MemoryJobQueue) -> None:
+    dead = await queue.get_job([1], "dead")
+    assert dead is not None
+    action = dead.action_id
+    async with client(create_dashboard(queue)) as web:
+        page = (await web.get("/")).text
+        assert "Retry dead" in page and "Cancel all" in page
+        confirm = await web.get(f"/bulk?operation=retry&space=1&action={action}&status=dead")
+        assert "<strong>1</strong> dead job(s)" in confirm.text
+        token = csrf_of(confirm.text)
+        done = await web.post("/bulk", data={"operation": "retry", "space": "1", "action": action, "status": "dead",
+                                             "confirm": "1", "csrf": token})  # fmt: skip
+        assert done.status_code == 303 and "count=1" in done.headers["location"]
+        retried = await queue.get_job([1], "dead")
+        assert retried is not None and retried.status == "pending"
+        done = await web.post("/bulk", data={"operation": "cancel", "space": "1", "action": action, "confirm": "1",
+                                             "csrf": token})  # fmt: skip
+        assert done.status_code == 303 and "count=2" in done.headers["location"]  # "dead" again, and "waits"
+    assert [(await queue.get_job([1], i)).status for i in ("dead", "waits", "ok")] == [  # type: ignore[union-attr]
+        "cancelled", "cancelled", "succeeded",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("text", ["x" * 192, "lone-\ud800", "😀" * 192])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,35 @@ async def test_a_saturated_action_shows_as_limited_events_at_most_one_a_second()
     limited = [e for e in events.seen_events if e.kind == EventKind.LIMITED]
     assert len(limited) == 1, limited
     assert limited[0].action_id == "limited" and limited[0].message == "concurrency limit (1 running at once)"
+
+
+async def test_declared_actions_bring_their_limits_to_the_worker() -> None:
+    from plitzi_jobs_mysql import Actions
+
+    actions = Actions()
+    running = most = 0
+
+    @actions.action("export", limit=ActionLimit(concurrency=2))
+    async def export(job: Job) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+
+    queue = create_memory_job_queue()
+    await queue.enqueue_many([job(f"e{n}", action_id="export") for n in range(8)])
+    worker = create_job_worker(queue=queue, handler=actions, workers=8, poll_ms=10)
+    assert worker.settings.limits == {"export": ActionLimit(concurrency=2)}
+    worker.start()
+    try:
+        await wait_for(lambda: _succeeded(queue, 8), what="the drain")
+    finally:
+        await worker.stop()
+    assert most == 2
+    given = create_job_worker(queue=queue, handler=actions, limits={"export": ActionLimit(concurrency=5)})
+    assert given.settings.limits == {"export": ActionLimit(concurrency=5)}, "limits= given win over the declared"
+
+
+async def _succeeded(queue: Any, count: int) -> bool:
+    return bool((await queue.stats()).counts["succeeded"] >= count)

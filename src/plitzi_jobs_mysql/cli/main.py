@@ -3,8 +3,11 @@
     plitzi-jobs-mysql ddl [--prefix P] [--upgrades]          print the statements: `... ddl | mariadb app`
     plitzi-jobs-mysql migrate --url URL [--prefix P] [--dry-run]   create/upgrade the tables (idempotent)
     plitzi-jobs-mysql jobs list [--space N] [...]            newest first; --action, --status, --limit, --offset
-    plitzi-jobs-mysql jobs show|cancel --space N ID
-    plitzi-jobs-mysql jobs retry --space N [--force] ID      --force to run a succeeded job again
+    plitzi-jobs-mysql jobs show|cancel [--space N] ID         the job wherever it is, or only in those spaces
+    plitzi-jobs-mysql jobs retry [--space N] [--force] ID    --force to run a succeeded job again
+    plitzi-jobs-mysql jobs cancel-all|retry-all --space N [--action A] [--status dead] [--dry-run] [--yes]
+                                                             every job of a space (or action): counts, and
+                                                             refuses without --yes
     plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
     plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
                                                              due job's age, lapsed leases
@@ -13,7 +16,9 @@
                                                              the operators' dashboard in the browser (web extra)
     plitzi-jobs-mysql --version
 
-Without `--space`, `jobs list`, `schedules list` and `stats` cover every space (a page at a time).
+Without `--space`, `jobs list`, `schedules list` and `stats` cover every space (a page at a time), and `jobs
+show|retry|cancel` find the job by its id alone. Instants print in ISO UTC with their age by the server's clock,
+durations as `3d 4h`; `--json` keeps epoch milliseconds.
 
 `--url` defaults to PLITZI_MYSQL_URL; `--json` prints machine-readable output. Exit codes: 0 done; 1 the job is
 in a state the operation does not apply to; 2 anything else wrong (one line on stderr, never a traceback).
@@ -31,9 +36,16 @@ from typing import NoReturn
 
 import pymysql
 
+from ..contract import readable
 from ..errors import SchemaMismatchError
 from ..migrations import sql_script
-from ..mysql.schema.migrate import PlannedTable, plan_migration, run_migration
+from ..mysql.schema.migrate import (
+    DEFAULT_RETENTION_DAYS,
+    PlannedTable,
+    finished_past_retention,
+    plan_migration,
+    run_migration,
+)
 from ..mysql.schema.state import (
     ABSENT,
     ORIGINAL,
@@ -43,6 +55,7 @@ from ..mysql.schema.state import (
     table_names,
 )
 from ..records import JobStatus
+from .bulk import add_parsers as add_bulk_parsers
 from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
 from .dashboard import add_parser as add_dashboard_parser
 from .jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
@@ -84,11 +97,16 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             refusal = plan.refusal()
             if refusal is not None:
                 raise CliError(str(refusal))
+            if _converts_jobs(plan.tables, prefix):  # the original's columns say the same: status, updated_at (ms)
+                count, oldest = finished_past_retention(conn, prefix)
+                if count:
+                    print(_retention_notice(count, oldest, dry_run=True).removeprefix(f"{PROG}: "))
             print(f"dry run: nothing changed (`{PROG} ddl --upgrades` prints the statements)")
             return 0
         plan, after = run_migration(
             conn, prefix, waiting=lambda: print(f"{PROG}: waiting for another migrate of these tables", file=sys.stderr)
         )
+        past = finished_past_retention(conn, prefix) if _converts_jobs(plan.tables, prefix) else (0, None)
     except SchemaMismatchError as error:
         raise CliError(str(error)) from None
     except pymysql.err.MySQLError as error:
@@ -99,7 +117,29 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"{PROG}: table `{planned.table.name}` {_migrated(planned)}", file=sys.stderr)
     version = after.tables[0].version
     print(f"{PROG}: the schema is up to date (schema {version}) in database `{url.database}`", file=sys.stderr)
+    count, oldest = past
+    if count:
+        print(_retention_notice(count, oldest), file=sys.stderr)
     return 0
+
+
+def _converts_jobs(tables: Sequence[PlannedTable], prefix: str) -> bool:
+    """Whether the plan converts the TypeScript original's jobs table (bringing its finished jobs over)."""
+    jobs = table_names(prefix).jobs
+    return any(p.table.found == ORIGINAL and p.table.name == jobs for p in tables)
+
+
+def _retention_notice(count: int, oldest: int | None, *, dry_run: bool = False) -> str:
+    """What the first claim will do to the finished jobs the conversion brought over, and how to keep them."""
+    since = f" (the oldest finished {when(oldest)})" if oldest is not None else ""
+    brought = "it would bring" if dry_run else "brought"
+    return (
+        f"{PROG}: note: {count} finished job(s) {brought} over finished more than {DEFAULT_RETENTION_DAYS} days ago"
+        f"{since}; a queue keeps finished jobs `retention_days` (default {DEFAULT_RETENTION_DAYS}), so the first "
+        "claim, enqueue or settle starts removing them, a batch at a time. To keep them, create the queue with a "
+        "larger retention_days (create_mysql_job_queue(pool, retention_days=3650)), or copy them elsewhere first "
+        "(the original table is kept as it was)"
+    )
 
 
 def _migrated(planned: PlannedTable) -> str:
@@ -155,14 +195,16 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"jobs in `{table_names(table_prefix(args)).jobs}`, {scope(spaces)}, at {when(stats.now)} (server clock)\n")
     print(table(("STATUS", "JOBS"), [*stats.counts.items(), ("total", stats.total)]))
     print(f"\ndue pending jobs: {stats.pending_due}")
-    overdue = "none" if age is None else f"{age:.3f} s overdue (run at {when(stats.oldest_due_run_at)})"
+    oldest = stats.oldest_due_run_at
+    overdue = "none" if oldest is None else f"{readable.duration(stats.now - oldest)} overdue (run at {when(oldest)})"
     print("oldest due job: " + overdue)
     print(f"running jobs whose lease lapsed: {stats.running_lease_lapsed}")
     if stats.actions:
         headers = ("SPACE", "ACTION", *(s.upper() for s in STATUS_ORDER), "TOTAL", "DUE", "OLDEST DUE", "LAPSED")
         rows = [
             (a.space_id, a.action_id, *a.counts.values(), a.total, a.pending_due,
-             "-" if a.oldest_due_run_at is None else f"{age_of(a.oldest_due_run_at):.1f} s", a.running_lease_lapsed)
+             "-" if a.oldest_due_run_at is None else readable.duration(stats.now - a.oldest_due_run_at),
+             a.running_lease_lapsed)
             for a in stats.actions
         ]  # fmt: skip
         print("\nper space and action (OLDEST DUE: how long the oldest due pending job has waited)\n")
@@ -205,10 +247,6 @@ def build_parser() -> argparse.ArgumentParser:
     conn.add_argument("--url", default=None, help=f"mysql://user:password@host:3306/database (default ${ENV_URL})")
     common = _Parser(add_help=False, parents=[conn])
     common.add_argument("--json", action="store_true", help="machine-readable output")
-    space = _Parser(add_help=False)
-    space.add_argument(
-        "--space", action="append", type=_space_id, required=True, metavar="N", help="space id (repeatable)"
-    )
     any_space = _Parser(add_help=False)
     any_space.add_argument(
         "--space", action="append", type=_space_id, metavar="N", help="only this space (repeatable); default all"
@@ -216,7 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
     paged = _Parser(add_help=False)
     paged.add_argument("--limit", type=_count, default=50, help="at most this many (default 50)")
     paged.add_argument("--offset", type=_count, default=0, help="skip this many (default 0)")
-    one_job = _Parser(add_help=False, parents=[common, space])
+    one_job = _Parser(add_help=False, parents=[common])
+    one_job.add_argument(
+        "--space", action="append", type=_space_id, metavar="N",
+        help="only in this space (repeatable); default: wherever the job is (ids are unique across the table)",
+    )  # fmt: skip
     one_job.add_argument("id", help="the job id, exactly as stored")
 
     parser = _Parser(prog=PROG, description=__doc__.splitlines()[0] if __doc__ else None)
@@ -245,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parser("cancel", parents=[one_job], help="cancel a pending or running job").set_defaults(
         func=cmd_jobs_cancel
     )
+    add_bulk_parsers(jobs, common, _space_id)
 
     schedules = commands.add_parser("schedules", help="the spaces' cron schedules").add_subparsers(
         dest="schedules_command", required=True, metavar="ACTION"

@@ -1,4 +1,5 @@
-"""How the operator commands print: aligned one-line-per-row tables, instants in UTC, JSON for machines."""
+"""How the operator commands print: aligned one-line-per-row tables, instants in ISO UTC with their age,
+durations as `3d 4h`; JSON (epoch milliseconds) for machines."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import argparse
 import dataclasses
 import json
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
+from ..contract import readable
 from ..records import Job, Schedule
 
 __all__ = ["job_dict", "next_page", "print_json", "schedule_dict", "scope", "show_job", "table", "when"]
@@ -18,10 +19,11 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 
 
-def when(ms: int | None) -> str:
+def when(ms: int | None, now: int | None = None) -> str:
+    """An instant in ISO UTC, and with `now` (the server's) its age: `2026-12-02T03:00:00Z (4h 5m ago)`."""
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return readable.instant(ms) + ("" if now is None else f" ({readable.age(ms, now)})")
 
 
 def cell(value: object, width: int = 60) -> str:
@@ -46,7 +48,7 @@ def schedule_dict(schedule: Schedule) -> dict[str, Any]:
     return dataclasses.asdict(schedule)
 
 
-def show_job(job: Job) -> str:
+def show_job(job: Job, now: int | None = None) -> str:
     fields: list[tuple[str, object]] = [
         ("id", job.id),
         ("space", job.space_id),
@@ -57,11 +59,11 @@ def show_job(job: Job) -> str:
         ("trigger", job.trigger),
         ("key", job.key),
         ("missed", job.missed),
-        ("due at", when(job.due_at)),
-        ("run at", when(job.run_at)),
-        ("created at", when(job.created_at)),
-        ("updated at", when(job.updated_at)),
-        ("lease until", when(job.lease_until)),
+        ("due at", when(job.due_at, now)),
+        ("run at", when(job.run_at, now)),
+        ("created at", when(job.created_at, now)),
+        ("updated at", when(job.updated_at, now)),
+        ("lease until", when(job.lease_until, now)),
         ("worker", job.worker_id),
         ("run id", job.run_id),
         ("error", job.error),
@@ -71,10 +73,11 @@ def show_job(job: Job) -> str:
     text = "\n".join(f"{name.ljust(width)}  {'-' if value is None else value}" for name, value in fields)
     if job.history:
         rows = [
-            (a.attempt, a.status, when(a.started_at), when(a.ended_at), a.worker_id, a.run_id, a.error)
+            (a.attempt, a.status, when(a.started_at, now), readable.duration(a.ended_at - a.started_at), a.worker_id,
+             a.run_id, a.error)
             for a in job.history
-        ]
-        text += "\n\nhistory\n" + table(("#", "STATUS", "STARTED", "ENDED", "WORKER", "RUN ID", "ERROR"), rows)
+        ]  # fmt: skip
+        text += "\n\nhistory\n" + table(("#", "STATUS", "STARTED", "TOOK", "WORKER", "RUN ID", "ERROR"), rows)
     else:
         text += "\n\nhistory  (no attempts yet)"
     return text

@@ -9,7 +9,7 @@ against every store that offers it (a user's own store included).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..records import SucceededJob
 from .wakeups import WakeupChannel
@@ -34,6 +34,33 @@ class AnnouncesDueJobs(Protocol):
 
     wakeups: WakeupChannel
     wakeup_topic: str
+
+
+@runtime_checkable
+class BulkOperations(Protocol):
+    """A queue that changes every job of a space (or one action of it) in bounded batches (API.md Extensions)."""
+
+    async def cancel_all(self, *, space_id: int, action_id: str | None = None) -> int:
+        """Every pending job -> cancelled; every running one asked to stop (as `cancel`); answers how many changed."""
+        ...
+
+    async def retry_all(self, *, space_id: int, action_id: str | None = None, status: str = "dead") -> int:
+        """Every job finished in `status` -> pending (as `requeue`); answers how many changed."""
+        ...
+
+
+@runtime_checkable
+class CompletesIn(Protocol):
+    """A queue that settles a job `succeeded` inside its caller's transaction (`connection=None`: in one of its own)."""
+
+    async def complete_in(self, connection: Any, *, job_id: str, worker_id: str, run_id: str | None = None) -> None:
+        """As `settle(status="succeeded", attempt=AttemptOutcome("succeeded", worker_id, run_id))` while
+        `worker_id` holds the job; else `LeaseLostError` and nothing written."""
+        ...
+
+    def announce_due(self) -> None:
+        """Wakes the queue's workers (after the caller's transaction that enqueued due jobs committed)."""
+        ...
 
 
 @runtime_checkable

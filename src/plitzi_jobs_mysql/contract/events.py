@@ -39,6 +39,7 @@ from enum import StrEnum
 from typing import Final
 
 from ..records import LOST_ERROR, ActionLimit, Job
+from . import readable
 
 
 class EventKind(StrEnum):
@@ -99,6 +100,14 @@ LEVELS: Final = {
 }
 
 
+def _at(ms: int | None) -> str:
+    return "an unknown instant" if ms is None else readable.instant(ms)
+
+
+def _delay(ms: int | None) -> str:
+    return "a moment" if ms is None else readable.duration(ms)
+
+
 def describe(event: JobEvent) -> str:
     """The log line of an event: what happened, to which job, and what to look at."""
     job = f"job {event.job_id!r} (space {event.space_id}, action {event.action_id!r}"
@@ -108,7 +117,7 @@ def describe(event: JobEvent) -> str:
     took = f" after {event.duration_s:.3f}s" if event.duration_s is not None else ""
     kind = event.kind
     if kind is EventKind.CLAIMED:
-        waited = f" {event.wait_ms} ms after it was due" if event.wait_ms is not None else ""
+        waited = f" {readable.duration(event.wait_ms)} after it was due" if event.wait_ms is not None else ""
         return f"{job} claimed by {event.worker_id}{waited}"
     if kind is EventKind.STARTED:
         return f"{job} started on {event.worker_id}"
@@ -117,7 +126,7 @@ def describe(event: JobEvent) -> str:
     if kind is EventKind.FAILED:
         return f"{job} failed{took}: {event.message}"
     if kind is EventKind.RETRIED:
-        return f"{job} goes back to the queue, due again in {event.delay_ms} ms"
+        return f"{job} goes back to the queue, due again in {_delay(event.delay_ms)}"
     if kind is EventKind.DEAD:
         return f"{job} is dead{took}, it will not run again unless an operator requeues it: {event.message}"
     if kind is EventKind.LOST:
@@ -128,11 +137,12 @@ def describe(event: JobEvent) -> str:
         return f"{job} is due but waits: its action is at its {event.message}"
     if kind is EventKind.FIRED:
         return (
-            f"schedule of space {event.space_id}, action {event.action_id!r} fired at {event.fire_at}: {event.job_id!r}"
+            f"schedule of space {event.space_id}, action {event.action_id!r} fired at {_at(event.fire_at)}: "
+            f"{event.job_id!r}"
         )
     return (
         f"schedule of space {event.space_id}, action {event.action_id!r} missed {event.count} fire(s) before "
-        f"{event.fire_at}: nothing swept it while they were due; one job ({event.job_id!r}) runs for them"
+        f"{_at(event.fire_at)}: nothing swept it while they were due; one job ({event.job_id!r}) runs for them"
     )
 
 

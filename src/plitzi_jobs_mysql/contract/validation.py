@@ -20,6 +20,7 @@ from ..records import (
     SETTLE_STATUSES,
     AttemptOutcome,
     JobInput,
+    JobStatus,
     ScheduleInput,
     SucceededJob,
     schedule_job_id,
@@ -384,3 +385,24 @@ def cancel_pending_args(space: object, key: object, older_than: object) -> None:
     space_id(space)
     text("key", key, ID_MAX_CHARS)
     optional_text("older_than", older_than, ID_MAX_CHARS)
+
+
+def complete_in_args(job: object, worker: object, run_id: object) -> None:
+    job_id(job)
+    worker_id(worker)
+    optional_text("run_id", run_id, ID_MAX_CHARS)
+
+
+def bulk_args(space: object, action_id: object) -> None:
+    """`cancel_all` and `retry_all`: one space, and one action of it or all (None)."""
+    space_id(space)
+    if action_id is not None:
+        text("action_id", action_id, ID_MAX_CHARS)
+
+
+def finished_status(status: object) -> str:
+    """`retry_all`'s status: a finished one, which `requeue` takes a job from."""
+    finished = sorted(s for s in JOB_STATUSES if JobStatus(s).terminal)
+    if not isinstance(status, str) or status not in finished:
+        raise ValueError(f"status must be a finished status, one of {finished}, got {status!r}")
+    return status

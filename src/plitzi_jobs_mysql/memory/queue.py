@@ -33,6 +33,7 @@ from ..records import (
     SucceededJob,
 )
 from .limits import MemoryLimits
+from .operator_calls import MemoryOperatorCalls, no_connection
 from .operator_reads import MemoryOperatorReads
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
@@ -58,7 +59,7 @@ _Entry_ = tuple[int, int, int, _Row]
 
 
 @dataclass
-class MemoryJobQueue(MemoryOperatorReads):
+class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
     """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
 
     retain_finished: int
@@ -157,8 +158,9 @@ class MemoryJobQueue(MemoryOperatorReads):
         self._index(row)
         return True
 
-    async def enqueue(self, job: JobInput) -> bool:
+    async def enqueue(self, job: JobInput, *, connection: None = None) -> bool:
         encoded = check.job_input(job)
+        no_connection(connection)
         at = self._now()
         created = self._insert(job, encoded, at)
         self._evict()
@@ -166,8 +168,9 @@ class MemoryJobQueue(MemoryOperatorReads):
             self.wakeups.notify(self.wakeup_topic)
         return created
 
-    async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
+    async def enqueue_many(self, jobs: Sequence[JobInput], *, connection: None = None) -> list[bool]:
         encoded = check.job_inputs(jobs)  # all checked before any is written
+        no_connection(connection)
         at = self._now()
         answers = [self._insert(job, text, at) for job, text in zip(jobs, encoded, strict=True)]
         self._evict()
@@ -372,60 +375,6 @@ class MemoryJobQueue(MemoryOperatorReads):
         """The schedules of those spaces (None: of every space) by space and action; `limit`/`offset` page them."""
         spaces = check.list_schedules_args(space_ids, limit, offset)
         return self._schedules.listed(spaces, limit, offset)
-
-    async def requeue(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.scoped_job(space_ids, job_id)
-        row = self._owned(spaces, job_id)
-        if row is None or row.job.status not in TERMINAL_STATUSES:
-            return False
-        at = self._now()
-        self._update(
-            row,
-            row.job,
-            status="pending",
-            run_at=at,
-            attempts=0,
-            worker_id=None,
-            lease_until=None,
-            cancel_requested=False,
-            error=None,
-            updated_at=at,
-        )
-        return True
-
-    async def cancel(self, space_ids: Sequence[int], job_id: str) -> bool:
-        spaces = check.scoped_job(space_ids, job_id)
-        row = self._owned(spaces, job_id)
-        if row is None or row.job.status not in ("pending", "running"):
-            return False
-        at = self._now()
-        if row.job.status == "pending":
-            self._update(row, row.job, status="cancelled", worker_id=None, updated_at=at)
-        elif not row.job.cancel_requested:  # asked again: the cancel stands, and nothing changes
-            self._update(row, row.job, cancel_requested=True, updated_at=at)
-        self._evict()
-        return True
-
-    async def cancel_pending(self, *, space_id: int, key: str, older_than: str | None = None) -> int:
-        check.cancel_pending_args(space_id, key, older_than)
-        before: int | None = None
-        if older_than is not None:
-            anchor = self._jobs.get(older_than)
-            if anchor is None:
-                return 0
-            before = anchor.seq
-        at = self._now()
-        count = 0
-        for row in self._jobs.values():
-            job = row.job
-            if job.space_id != space_id or job.key != key or job.status != "pending":
-                continue
-            if before is not None and row.seq >= before:
-                continue
-            self._update(row, job, status="cancelled", worker_id=None, updated_at=at)
-            count += 1
-        self._evict()
-        return count
 
 
 def create_memory_job_queue(*, retain_finished: int = 500, clock: Callable[[], int] | None = None) -> MemoryJobQueue:

@@ -16,6 +16,7 @@ from pymysql.constants import ER
 from ..contract import kv_validation as check
 from ..contract.capabilities import DeletesUnchanged, TakesAbsent
 from ..contract.protocols import KvStore
+from ..contract.validation import INT64_MIN
 from ..errors import KvRowLockedError, StoreUnavailableError
 from .session import RETRIES, Connection, MysqlStore, as_text, error_code, is_conflict, is_duplicate
 
@@ -82,7 +83,7 @@ class MysqlKv:
         if result != 0:
             return result - INT64_OFFSET
         if rows == 2:
-            return check.INT64_MIN
+            return INT64_MIN
         current = await self.get(key)
         if current is not None:
             value = check.increment_result(key, check.parse_counter(key, current), amount)  # raises the reason

@@ -43,6 +43,7 @@ from ..contract.limits import Group, LimitUsage, group_of
 from ..records import ActionLimit
 from .limit_statements import FREE, LimitSql
 from .queue_core import log
+from .rows import job_columns
 from .session import Connection, as_text, is_conflict, is_duplicate
 from .statements import NOW_MS
 
@@ -109,6 +110,7 @@ Entry = tuple[str, str | None]
 class Plan:
     """What one claim may take: per admitted candidate seq, the slot and the rate entry it will try."""
 
+    limits: Mapping[str, ActionLimit]
     takes: dict[int, tuple[Entry | None, Entry | None]] = field(default_factory=dict)
     per_ms: dict[int, int] = field(default_factory=dict)
     refused: dict[Group, None] = field(default_factory=dict)
@@ -211,10 +213,12 @@ class LimitedClaims(QueueCore):
         def _won_at(self, now: int, started_ns: int) -> int: ...
 
     async def _within_limits(
-        self, candidates: list[tuple[int, int, int]], limits: Mapping[str, ActionLimit], limit: int, now: int,
-        plan: Plan,
-    ) -> list[tuple[int, int, int]]:  # fmt: skip
+        self, candidates: list[tuple[int, int, int]], limit: int, now: int, plan: Plan | None
+    ) -> list[tuple[int, int, int]]:
         """The candidates a claim may try; when saturated groups left it short, due jobs read past them."""
+        if plan is None:
+            return candidates
+        limits = plan.limits
         full = len(candidates) >= 2 * limit
         admitted = await self._plan(candidates, limits, now, plan)
         for _round in range(2):
@@ -245,9 +249,12 @@ class LimitedClaims(QueueCore):
                 await self._give_back(held)
         return won
 
-    async def _claimed(self, plan: Plan, jobs: Sequence[tuple[int, str]]) -> None:
+    async def _claimed(self, plan: Plan | None, rows: Sequence[Sequence[Any]]) -> None:
         """The claim's read-back: slots of jobs it returns are held until their settle; the others (a lapsed job
         that went dead rather than ours) are given back."""
+        if plan is None:
+            return
+        jobs = [(int(c["seq"]), as_text(c["id"])) for c in map(job_columns, rows)]
         self._limits_sql()
         holds = self._limit_holds
         for seq, job_id in jobs:

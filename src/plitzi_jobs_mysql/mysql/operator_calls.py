@@ -9,6 +9,7 @@ from ..contract import validation as check
 from ..records import FinishedCount, Job, JobPage, QueueStats
 from .queue_core import QueueCore
 from .rows import job_from_row
+from .schema.state import table_names
 from .session import Connection, as_text
 
 
@@ -85,6 +86,14 @@ class OperatorCalls(QueueCore):
             return None
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.get_job, (job_id, spaces)))
         return job_from_row(rows[0]) if rows else None
+
+    async def space_of_job(self, job_id: str) -> int | None:
+        """The space of the job with this id, or None: ids are unique across the table, so an operator who has only
+        the id finds the job through its unique key (one row read, whatever the table holds)."""
+        check.job_id(job_id)
+        sql = f"SELECT space_id FROM `{table_names(self._store.prefix).jobs}` WHERE id = %s"
+        rows = await self._store.run(lambda conn: conn.fetch(sql, (job_id,)))
+        return int(rows[0][0]) if rows else None
 
     async def _operator_args(self, space_ids: Sequence[int], job_id: str) -> dict[str, Any] | None:
         """The arguments of an operator's change to one job, or None when no space is listed."""

@@ -8,9 +8,13 @@ quotes, backslashes, NUL, CR, LF and Ctrl-Z with a backslash, so text full of th
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..contract.validation import PAYLOAD_MAX_BYTES
 from ..errors import PayloadTooLargeError
-from ..records import JobInput
+
+if TYPE_CHECKING:
+    from ..records import JobInput
 
 #: Room in a statement for its SQL text and every other field (ids, names: a few KiB at most).
 STATEMENT_ROOM = 64 * 1024
@@ -59,16 +63,16 @@ ROW_ROOM = 2048  # a row's fields other than its input, as sent
 def batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tuple[JobInput, str]]]:
     """Rows (job, encoded input, its size as sent) in statements of at most `budget` bytes of input each; a row
     larger than the budget (it fits a statement alone, `check_fits` said so) goes alone."""
-    batches: list[list[tuple[JobInput, str]]] = []
+    split: list[list[tuple[JobInput, str]]] = []
     current: list[tuple[JobInput, str]] = []
     size = 0
     for job, encoded, sent in rows:
         weight = sent + ROW_ROOM
         if current and (len(current) >= BATCH_ROWS or size + weight > budget):
-            batches.append(current)
+            split.append(current)
             current, size = [], 0
         current.append((job, encoded))
         size += weight
     if current:
-        batches.append(current)
-    return batches
+        split.append(current)
+    return split

@@ -18,16 +18,16 @@ from ..contract.limits import limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
 from ..records import LOST_ERROR, ActionLimit, AttemptOutcome, Job, JobInput, SucceededJob
+from .bulk_calls import BulkCalls
+from .caller_calls import CallerCalls
 from .limits import LimitedClaims, Plan
 from .operator_calls import OperatorCalls
-from .packet import BATCH_BYTES, room_for_payload
-from .packet import batches as _batches
+from .packet import BATCH_BYTES, batches, room_for_payload
 from .queue_core import log
 from .rows import job_columns, job_from_columns
 from .schedule_calls import ScheduleCalls
 from .session import Connection, as_text, is_conflict, is_duplicate
 
-Limits = Mapping[str, ActionLimit]
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
 
@@ -39,7 +39,7 @@ MAX_SPREAD = 64
 CAS_IN_FLIGHT = 8
 
 
-class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
+class MysqlJobQueue(LimitedClaims, CallerCalls, BulkCalls, ScheduleCalls, OperatorCalls):
     """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
 
     # -- enqueue --------------------------------------------------------------------------------------------
@@ -61,7 +61,9 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             now,
         ]
 
-    async def enqueue(self, job: JobInput) -> bool:
+    async def enqueue(self, job: JobInput, *, connection: Any = None) -> bool:
+        if connection is not None:  # inside the caller's transaction (caller_calls.py)
+            return (await self.enqueue_many([job], connection=connection))[0]
         # The hot path of a producer: every check still runs before anything is written, but the steps that
         # usually have nothing to do (first use, the clock's reading, the purge) are not awaited then.
         encoded = check.job_input(job)
@@ -90,8 +92,9 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             self.wakeups.notify(self.wakeup_topic)
         return created
 
-    async def enqueue_many(self, jobs: Sequence[JobInput]) -> list[bool]:
+    async def enqueue_many(self, jobs: Sequence[JobInput], *, connection: Any = None) -> list[bool]:
         encoded = check.job_inputs(jobs)  # every job checked before any is written
+        caller = None if connection is None else await self._caller(connection)
         await self._store.ready()
         sizes = [self._store.check_fits(f"input of {j.id!r}", text) for j, text in zip(jobs, encoded, strict=True)]
         answers = [False] * len(jobs)
@@ -102,17 +105,28 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
         if not unique:
             return answers
         now = await self._now_ms()
-        await self._purge_if_due(now)
+        if caller is None:  # never on the caller's path: it would wait for a pooled connection
+            await self._purge_if_due(now)
         budget = min(BATCH_BYTES, room_for_payload(self._store.max_packet))
-        for batch in _batches(unique, budget):
-            created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
+        for batch in batches(unique, budget):
+            if caller is None:
+                created = await self._store.retrying(functools.partial(self._insert_batch, batch=batch, now=now))
+            else:  # once: a conflict there is the caller's transaction's to retry
+                existing = self._batch_sql.existing_job_ids_locked
+                created = await caller.run(
+                    functools.partial(self._insert_batch, batch=batch, now=now, existing=existing)
+                )
             for job_id in created:
                 answers[first[job_id]] = True
-        if any(answer and job.due_at <= now for answer, job in zip(answers, jobs, strict=True)):
+        # A job in a transaction still open is seen by no worker: the caller announces it after commit.
+        seen = caller is None or caller.committed
+        if seen and any(answer and job.due_at <= now for answer, job in zip(answers, jobs, strict=True)):
             self.wakeups.notify(self.wakeup_topic)
         return answers
 
-    async def _insert_batch(self, conn: Connection, *, batch: list[tuple[JobInput, str]], now: int) -> set[str]:
+    async def _insert_batch(
+        self, conn: Connection, *, batch: list[tuple[JobInput, str]], now: int, existing: str | None = None
+    ) -> set[str]:
         """One multi-row INSERT; if some ids exist it fails whole, so the existing ones are left out and it
         runs again. Every id it answers was created by this call and no other."""
         remaining = batch
@@ -127,9 +141,9 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             except pymysql.err.IntegrityError as error:
                 if not is_duplicate(error):
                     raise
-            rows = await conn.fetch(self._sql.existing_job_ids, ([job.id for job, _ in remaining],))
-            existing = {as_text(row[0]) for row in rows}
-            remaining = [(job, encoded) for job, encoded in remaining if job.id not in existing]
+            rows = await conn.fetch(existing or self._sql.existing_job_ids, ([job.id for job, _ in remaining],))
+            found = {as_text(row[0]) for row in rows}
+            remaining = [(job, encoded) for job, encoded in remaining if job.id not in found]
         return set()
 
     # -- claim, heartbeat, settle ---------------------------------------------------------------------------
@@ -139,7 +153,8 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
         on_limited: EventHook | None = None,
     ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
-        limited = limits_arg(limits)
+        limited = limits_arg(limits)  # jobs over their limit are left out of the claim (mysql/limits.py)
+        plan = Plan(limits=limited, on_limited=on_limited) if limited else None
         if limit == 0:
             return []
         now = self._clock.fresh()
@@ -147,7 +162,7 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             now = await self._clock.now()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
-        return await self._claim(worker_id, lease_ms, limit, now, limited, on_limited)
+        return await self._claim(worker_id, lease_ms, limit, now, plan)
 
     async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[tuple[int, int, int]]:
         """Up to 2 × limit pending jobs from `offset` on and, when `_lapsed_read_due`, up to `limit` lapsed
@@ -211,18 +226,14 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
                 raise
             return False  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
 
-    async def _claim(
-        self, worker_id: str, lease_ms: int, limit: int, now: int, limits: Limits, on_limited: EventHook | None
-    ) -> list[Job]:
+    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int, plan: Plan | None) -> list[Job]:
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
         candidates = await self._candidates(limit, now, offset, lease_ms)
         if len(candidates) < limit and offset:
             candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
-        plan = Plan(on_limited=on_limited) if limits else None  # jobs over their limit are left out (mysql/limits.py)
-        if plan is not None:
-            candidates = await self._within_limits(candidates, limits, limit, now, plan)
+        candidates = await self._within_limits(candidates, limit, now, plan)
         started = time.monotonic_ns()
         won: list[int] = []
         lost = 0
@@ -255,8 +266,7 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             if won or attempt or failure is not None or len(candidates) < 2 * limit:
                 break
             candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
-            if plan is not None:
-                candidates = await self._within_limits(candidates, limits, limit, now, plan)
+            candidates = await self._within_limits(candidates, limit, now, plan)
         self._adapt_spread(lost)
         if failure is not None:
             if not won or not isinstance(failure, Exception):
@@ -268,8 +278,7 @@ class MysqlJobQueue(LimitedClaims, ScheduleCalls, OperatorCalls):
             return []
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
         rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
-        if plan is not None:
-            await self._claimed(plan, [(int(c["seq"]), as_text(c["id"])) for c in map(job_columns, rows)])
+        await self._claimed(plan, rows)
         if len(rows) < len(won):
             returned = {int(c["seq"]) for c in map(job_columns, rows)}
             missing = [seq for seq in won if seq not in returned]

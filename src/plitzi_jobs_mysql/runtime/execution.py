@@ -15,7 +15,7 @@ from ..contract import validation as check
 from ..contract.events import Emitter, EventKind, JobEvent
 from ..records import Job
 from .completer import Completer, Outcome
-from .handler import JobHandler, PermanentFailure, RetryLater
+from .handler import AttemptFailed, JobHandler, PermanentFailure, RetryLater
 from .options import ErrorHandler
 from .retry import RetryPolicy
 from .single_flight import Key, SingleFlight
@@ -298,6 +298,8 @@ class Execution:
                 return self._failed(describe(bad), bad, ran)
             crew.emit(self._event(EventKind.RETRIED, delay_ms=delay, duration_s=ran, message=error.reason or None))
             return Outcome(status="pending", delay_ms=delay)
+        if isinstance(error, AttemptFailed):  # the handler's own backoff (a declared action's)
+            return self._failed(describe(error.error), error.error, ran, delay_ms=error.delay_ms)
         return self._failed(describe(error), error, ran)
 
     def _run_id(self, result: object) -> str | None:
@@ -318,13 +320,15 @@ class Execution:
         )
         return None
 
-    def _failed(self, message: str, error: BaseException | None, ran: float | None) -> Outcome:
+    def _failed(
+        self, message: str, error: BaseException | None, ran: float | None, *, delay_ms: int | None = None
+    ) -> Outcome:
         job, crew = self.job, self._crew
         crew.emit(self._event(EventKind.FAILED, error=error, message=message, duration_s=ran))
         if job.attempts >= job.max_attempts:
             crew.emit(self._event(EventKind.DEAD, message=message, duration_s=ran))
             return Outcome(status="dead", attempt="failed", error=message)
-        delay = crew.retry.backoff_ms(job.attempts)
+        delay = crew.retry.backoff_ms(job.attempts) if delay_ms is None else delay_ms
         crew.emit(self._event(EventKind.RETRIED, delay_ms=delay, duration_s=ran, message=message))
         return Outcome(status="pending", attempt="failed", error=message, delay_ms=delay)
 

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from ..records import Job
 
 #: An async function of the claimed job; what it returns is recorded as the job's `run_id` (a `str`, or None).
+#: Anything else (a dict, an int) is not recorded: the job still succeeds, and one WARNING names the job and the type.
 JobHandler = Callable[[Job], Awaitable[str | None]]
 
 
@@ -23,4 +24,15 @@ class RetryLater(Exception):
     def __init__(self, reason: str = "", delay_ms: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.delay_ms = delay_ms
+
+
+class AttemptFailed(Exception):
+    """Raised by a handler that keeps its own retry policy (a declared action, `Actions`): this attempt failed
+    with `error` and the job comes back after `delay_ms`, unless it has used all its attempts (then it is dead).
+    Unlike `RetryLater`, the attempt counts. The recorded error is `error`'s, as for any other exception."""
+
+    def __init__(self, error: BaseException, delay_ms: int) -> None:
+        super().__init__(str(error))
+        self.error = error
         self.delay_ms = delay_ms

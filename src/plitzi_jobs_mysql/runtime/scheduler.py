@@ -27,6 +27,7 @@ import random
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, Unpack
 
+from ..contract import readable
 from ..contract.clock import from_epoch_ms, to_epoch_ms
 from ..contract.cron import cron_fires_between, cron_next_fire
 from ..contract.events import Emitter, EventKind, JobEvent
@@ -95,11 +96,11 @@ class Scheduler:
                 # One schedule that cannot fire must not starve the rest: it stays due (it is the oldest, so it
                 # would head every later sweep too) and each sweep says so, naming it.
                 logger.error(
-                    "schedule of space %d, action %r could not fire at %d; the other due schedules go on and it is "
+                    "schedule of space %d, action %r could not fire at %s; the other due schedules go on and it is "
                     "tried again on the next sweep",
                     schedule.space_id,
                     schedule.action_id,
-                    schedule.next_run_at,
+                    readable.instant(schedule.next_run_at),
                     exc_info=error,
                 )
                 failures.append(error)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
 import secrets
 import socket
@@ -32,7 +31,7 @@ from .execution import HANDBACK_DELAY_MS as HANDBACK_DELAY_MS  # re-exported: it
 from .execution import Collaborators, Execution, Stage
 from .halt import Halt
 from .handler import JobHandler, PermanentFailure, RetryLater
-from .limited_events import LimitedEvents
+from .limits import LimitedEvents, limits_for
 from .options import WorkerOptions, WorkerSettings
 from .retry import RetryPolicy
 from .single_flight import SingleFlight
@@ -73,9 +72,7 @@ class JobWorker:
         settings = WorkerSettings(**options)
         if settings.worker_id is None:
             settings = replace(settings, worker_id=_default_worker_id())
-        self.settings = settings
-        if settings.limits and not {"limits", "on_limited"} <= inspect.signature(queue.claim).parameters.keys():
-            raise TypeError(f"limits need a queue whose claim takes them; {type(queue).__name__}.claim does not")
+        self.settings = settings = limits_for(settings, handler, queue)
         self._limited = LimitedEvents(Emitter(settings.on_event, logger))
         self.queue = queue
         self.kv = kv

@@ -22,6 +22,7 @@ import pytest
 
 from ..contract.protocols import JobQueue
 from .activity_contract import ActivityContract
+from .bulk_contract import BulkContract
 from .capability_contract import CapabilityContract
 from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
@@ -34,7 +35,13 @@ __all__ = ["ClockStepContract", "JobQueueContract", "KvContract"]
 
 
 class JobQueueContract(
-    EnqueueContract, LeaseContract, ScheduleContract, OperatorContract, ActivityContract, CapabilityContract
+    EnqueueContract,
+    LeaseContract,
+    ScheduleContract,
+    OperatorContract,
+    ActivityContract,
+    CapabilityContract,
+    BulkContract,
 ):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 

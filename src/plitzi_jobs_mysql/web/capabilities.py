@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from ..contract.capabilities import BulkOperations
 from ..contract.protocols import JobQueue, OperatorReads
 
 
@@ -24,13 +25,6 @@ class Pausing(Protocol):
     async def resume(self, *, space_id: int, action_id: str | None = None) -> None: ...
 
     async def list_paused(self, space_ids: Sequence[int]) -> Sequence[Any]: ...
-
-
-@runtime_checkable
-class BulkOperations(Protocol):
-    async def cancel_all(self, *, space_id: int, action_id: str | None = None) -> int: ...
-
-    async def retry_all(self, *, space_id: int, action_id: str | None = None, status: str = "dead") -> int: ...
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pymysql
 
 from ...errors import SchemaMismatchError
 from ..session import as_text, bind
-from ..statements import SCHEMA_COLUMNS, SCHEMA_TABLES, count_rows
+from ..statements import NOW_MS, SCHEMA_COLUMNS, SCHEMA_TABLES, TERMINAL, count_rows
 from .state import (
     ABSENT,
     CURRENT,
@@ -31,6 +31,9 @@ from .state import (
 )
 from .tables import SCHEMA_VERSION, table_names
 from .upgrades import LOCK_WAIT_S, kept_originals, lock_is_free, release_lock, take_lock
+
+#: `create_mysql_job_queue`'s default `retention_days`: what the first claim purges past, unless told otherwise.
+DEFAULT_RETENTION_DAYS = 90
 
 
 @dataclass(frozen=True)
@@ -133,3 +136,14 @@ def run_migration(
             "rows changed while they were copied; stop every replica of the TypeScript service and run migrate again"
         )
     return plan, after
+
+
+def finished_past_retention(conn: Any, prefix: str, days: int = DEFAULT_RETENTION_DAYS) -> tuple[int, int | None]:
+    """How many finished jobs finished more than `days` ago, by the server's clock (what the retention purge of a
+    queue with that `retention_days` removes, a batch at a time, from its first claim on), and the oldest's end."""
+    sql = (
+        f"SELECT COUNT(*), MIN(updated_at) FROM `{table_names(prefix).jobs}` "
+        f"WHERE status IN {TERMINAL} AND updated_at < {NOW_MS} - %s"
+    )
+    count, oldest = _fetch(conn, sql, (days * 86_400_000,))[0]
+    return int(count), None if oldest is None else int(oldest)
