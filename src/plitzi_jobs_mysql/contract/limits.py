@@ -3,8 +3,9 @@
 - The surface: `claim(..., limits=None, on_limited=None)`, keywords beyond the `JobQueue` protocol (a user's own
   store without them keeps working; a worker given limits refuses a queue whose `claim` does not take them).
   `on_limited` is told of each due job a claim left waiting, as a `limited` `JobEvent` naming the limit.
-- Who decides: the claiming worker passes its limits (`claim(..., limits={action_id: ActionLimit})`); a job of an
-  action without a limit is claimed as before. Nothing is stored but the limits' state, so workers that disagree
+- Who decides: the claiming worker passes its limits (`claim(..., limits={action_id: ActionLimit})`; a worker
+  given none takes those its declared `Actions` handler declares); a job of an action without a limit is claimed
+  as before. The store keeps the limits' state, not the limits (but for the operator's view), so workers that disagree
   are each held to their own limit against the state all of them share: a fleet with one action limited 2 in one
   worker and 5 in another runs at most 5 of it at once (the larger). Give every worker the same limits.
 - A group is one (space, action) or, with `by_key`, one (space, action, job key); jobs without a key share one
@@ -16,9 +17,11 @@
 - Rate: every start of a group's job is an instant in a ring of `rate` entries; a start takes an entry only when
   the start it recorded is at least `per_ms` old, so no window of `per_ms` holds more than `rate` starts
   (sliding, by the store's clock). A start is never given back, even if its job's compare-and-set lost.
+- Cost (contract): a claim that meets a saturated group reads past it, so the other due jobs are claimed; how
+  much that costs is the store's (the MySQL store steps over the group's waiting jobs in its due index, the
+  memory store over its heap entries): bench/limits.py measures it.
 - A job over its limit stays `pending` as it was (no attempt spent, no error) and is claimed by a later claim once
   a slot or the window allows; the other due jobs of the claim are taken past it.
-
 - What an operator sees: `limit_usage(space_ids=None)` on both stores, a `LimitUsage` per group a claim has
   worked to (its limit as that claim gave it, the slots held, the starts in the last `per_ms`); the CLI's
   `plitzi-jobs-mysql limits`.
