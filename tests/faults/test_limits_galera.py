@@ -23,7 +23,12 @@ CONCURRENCY = 3
 
 
 async def test_a_concurrency_limit_holds_across_nodes(pools: list[Any]) -> None:  # noqa: F811
-    queues = [create_mysql_job_queue(pool) for pool in pools]
+    await limit_holds_across_nodes(pools, "galera")
+
+
+async def limit_holds_across_nodes(node_pools: list[Any], cluster_kind: str) -> None:
+    """Six claimers, two per node, drain a limited action beside an unlimited one; every job settled by its claimer."""
+    queues = [create_mysql_job_queue(pool) for pool in node_pools]
     await queues[0].enqueue_many([job(f"l{n}", action_id="limited", due_at=n) for n in range(JOBS)])
     await queues[0].enqueue_many([job(f"o{n}", action_id="other", due_at=n) for n in range(JOBS // 3)])
     limits = {"limited": ActionLimit(concurrency=CONCURRENCY)}
@@ -54,7 +59,7 @@ async def test_a_concurrency_limit_holds_across_nodes(pools: list[Any]) -> None:
                                    attempt=AttemptOutcome(status="succeeded", worker_id=name))  # fmt: skip
 
     await asyncio.gather(*(claimer(queues[n % 3], f"node{n % 3}-c{n}") for n in range(6)))
-    print(f"\ngalera: {len(ran)} runs, most limited jobs held at once: {most} of {CONCURRENCY}")
+    print(f"\n{cluster_kind}: {len(ran)} runs, most limited jobs held at once: {most} of {CONCURRENCY}")
     assert most <= CONCURRENCY
     assert most == CONCURRENCY, "the limit bound in this run"
     assert sorted(ran) == sorted([f"l{n}" for n in range(JOBS)] + [f"o{n}" for n in range(JOBS // 3)])

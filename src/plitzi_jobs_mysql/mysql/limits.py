@@ -363,12 +363,20 @@ class LimitedClaims(QueueCore):
                 return False  # another claimer made the row first, or holds it (on a cluster: lost at COMMIT)
             raise
 
-    async def _give_back(self, held: list[Entry]) -> None:
+    async def _give_back(self, held: list[Entry]) -> bool:
+        """Best effort, never raising: a slot whose give-back failed (a cut connection, a lost certification)
+        frees itself within a lease, and the claim or settle it follows must not fail for it."""
         if not held:
-            return
+            return True
         statement = self._limits_sql().give_back(len(held))
         args = (*(k for k, _v in held), [v for _k, v in held])
-        await self._store.run(lambda conn: conn.write(statement, args))
+        try:
+            await self._store.run(lambda conn: conn.write(statement, args))
+        except Exception as error:
+            log.warning("could not give back %d limit slot(s) (they free themselves within a lease): %s", len(held),
+                        error)  # fmt: skip
+            return False
+        return True
 
     async def _settled(self, job_ids: Sequence[str]) -> None:
         """Gives back the slots this queue took for these jobs (their settle has run)."""
@@ -376,16 +384,9 @@ class LimitedClaims(QueueCore):
         if not holds:
             return
         held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
-        if not held:
-            return
-        try:
-            await self._give_back(held)
-        except Exception as error:  # the settle itself landed: never fail it for a slot that frees itself
-            log.warning("could not give back %d limit slot(s) (they free themselves within a lease): %s", len(held),
-                        error)  # fmt: skip
-            return
-        # A slot came free: a worker waiting on it claims now rather than at its next poll.
-        self.wakeups.notify(self.wakeup_topic)
+        if held and await self._give_back(held):
+            # A slot came free: a worker waiting on it claims now rather than at its next poll.
+            self.wakeups.notify(self.wakeup_topic)
 
 
 async def _fetch(conn: Connection, *, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
