@@ -113,7 +113,7 @@ class Plan:
     limits: Mapping[str, ActionLimit]
     takes: dict[int, tuple[Entry | None, Entry | None]] = field(default_factory=dict)
     per_ms: dict[int, int] = field(default_factory=dict)
-    refused: dict[Group, None] = field(default_factory=dict)
+    refused: dict[Group, bool] = field(default_factory=dict)  # group -> whether it is one key's (by_key)
     #: The slots taken for jobs this claim won, until the claim's read-back names their jobs.
     held: dict[int, list[Entry]] = field(default_factory=dict)
     #: Told of each due job left waiting, with the limit it is at (the worker's `limited` events).
@@ -194,7 +194,7 @@ class LimitedClaims(QueueCore):
             ring = free.get((group, "r"), [])
             full = limit.concurrency is not None and not slots
             if group in plan.refused or full or (limit.rate is not None and not ring):
-                plan.refused[group] = None
+                plan.refused[group] = limit.by_key
                 if plan.on_limited is not None:
                     reason = limit_reached(limit, full, group[2])
                     plan.on_limited(limited_event(ids[seq], group[0], group[1], reason))
@@ -225,7 +225,7 @@ class LimitedClaims(QueueCore):
             if len(admitted) >= limit or not plan.refused or not full:
                 break
             seen = {c[0] for c in admitted} | {c[0] for c in candidates}
-            more = [c for c in await self._pending_past(list(plan.refused), now, 2 * limit) if c[0] not in seen]
+            more = [c for c in await self._pending_past(plan.refused, now, 2 * limit) if c[0] not in seen]
             full = len(more) >= limit
             admitted += await self._plan(more, limits, now, plan)
         return admitted
@@ -301,14 +301,17 @@ class LimitedClaims(QueueCore):
                                     running=running, rate=rate, per_ms=per_ms, started=started))  # fmt: skip
         return sorted(usage, key=lambda u: (u.space_id, u.action_id, u.key or ""))
 
-    async def _pending_past(self, refused: Sequence[Group], now: int, count: int) -> list[tuple[int, int, int]]:
-        """Due pending jobs of every group but the refused ones, oldest first."""
+    async def _pending_past(self, refused: Mapping[Group, bool], now: int, count: int) -> list[tuple[int, int, int]]:
+        """Due pending jobs of every group but the refused ones, oldest first; their groups are read with them."""
         args: list[Any] = [now]
-        for space_id, action_id, key in refused:
-            args += [space_id, action_id, key is None, key]
+        for (space_id, action_id, key), by_key in refused.items():
+            args += [space_id, action_id, not by_key, key]
         statement = self._limits_sql().pending_past(len(refused))
         rows = await self._store.run(lambda conn: conn.fetch(statement, (*args, count)))
-        return [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
+        for seq, _run_at, space_id, action_id, key, id_ in rows:
+            text_key = None if key is None else as_text(key)
+            self._job_groups[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
+        return [(int(seq), int(run_at), 0) for seq, run_at, *_group in rows]
 
     async def _take_rows(self, plan: Plan | None, seq: int, at: int, lease_ms: int, worker_id: str) -> list[Entry]:
         """The slot and rate entry of the plan for `seq`, taken; None (a lost race) when either could not be."""

@@ -144,3 +144,10 @@ class LimitsContract:
         (after,) = await usage(space_ids=[1])
         assert (after.running, after.started) == (1, 2), "a settle frees the slot; its start still counts"
         assert await usage(space_ids=[2]) == []
+
+    async def test_a_saturated_key_does_not_hide_the_other_keys(self, queue: JobQueue) -> None:
+        now = await now_ms(queue)
+        await queue.enqueue_many([job(f"n{n}", action_id="slow", due_at=now - 10_000 + n) for n in range(30)])
+        await queue.enqueue(job("b0", action_id="slow", key="b", due_at=now - 1_000))
+        per_key = {"slow": ActionLimit(concurrency=1, by_key=True)}
+        assert await _claim(queue, "w1", 2, per_key) == ["b0", "n0"], "jobs without a key are one group, 'b' another"
