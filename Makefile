@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -43,7 +43,13 @@ deps: setup
 bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
+	$(PY) bench/priorities.py
 	$(PY) bench/limits.py
+
+## Claims with priorities (issue 20.2): claim cost at 100,000 due jobs over 5 priorities vs 1,000, and a drain with
+## mixed priorities vs one (bench/priorities.py; PLITZI_MYSQL_URL, else a throwaway server).
+bench-claims: setup
+	$(PY) bench/priorities.py
 
 ## Fleet-wide limits (issue 21.4): their cost on a drain, claims beside a saturated action, utilisation; ratios.
 bench-limits: setup

@@ -51,7 +51,7 @@ def drop_lease_tables(admin: Any) -> None:
 def lapsed_read_through_lease_index(table: str) -> str:
     # In lease order, which the index keeps (seq rides in every secondary entry): O(limit), no filesort.
     return (
-        f"SELECT seq, run_at, 1 FROM `{table}` FORCE INDEX (job_lease) "
+        f"SELECT seq, run_at, 1, priority FROM `{table}` FORCE INDEX (job_lease) "
         "WHERE status = 'running' AND lease_until < %s ORDER BY lease_until, seq LIMIT %s"
     )
 

@@ -815,7 +815,7 @@ async def run(args: argparse.Namespace) -> int:
                                 admin,
                                 "claim_pending_candidates (a claim's read while the backlog fills its blocks)",
                                 SQL.claim_pending_candidates,
-                                (t_now, 0, 20),
+                                (0, t_now, 0, 20),
                             )
                         )
                         explains.append(
@@ -823,7 +823,7 @@ async def run(args: argparse.Namespace) -> int:
                                 admin,
                                 "claim_pending_candidates, block 16 of the spread",
                                 SQL.claim_pending_candidates,
-                                (t_now, 150, 20),
+                                (0, t_now, 150, 20),
                             )
                         )
                         explains.append(
@@ -833,7 +833,7 @@ async def run(args: argparse.Namespace) -> int:
                                 "backlog is short, and at most every "
                                 f"{LAPSED_READ_EVERY_MS:,} ms per queue)",
                                 SQL.claim_candidates,
-                                (t_now, 0, 20, t_now, 10),
+                                (0, t_now, 0, 20, t_now, 10),
                             )
                         )
                         seqs = [
@@ -875,7 +875,7 @@ async def run(args: argparse.Namespace) -> int:
                         admin,
                         f"claim_pending_candidates with {have_running:,} running rows",
                         SQL.claim_pending_candidates,
-                        (t_now, 0, 20),
+                        (0, t_now, 0, 20),
                     )
                 )
                 explains.append(
@@ -885,7 +885,7 @@ async def run(args: argparse.Namespace) -> int:
                         "half steps over every running row; sent when the backlog is short, and "
                         f"at most every {LAPSED_READ_EVERY_MS:,} ms per queue)",
                         SQL.claim_candidates,
-                        (t_now, 0, 20, t_now, 10),
+                        (0, t_now, 0, 20, t_now, 10),
                     )
                 )
                 seqs = [

@@ -15,6 +15,7 @@ CREATE TABLE IF NOT EXISTS `action_jobs` (
   `max_attempts` INT NOT NULL,
   `missed` INT NULL,
   `key` VARBINARY(764) NULL,
+  `priority` TINYINT NOT NULL DEFAULT 0,
   `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `run_at` BIGINT NOT NULL,
   `attempts` INT NOT NULL,
@@ -30,9 +31,10 @@ CREATE TABLE IF NOT EXISTS `action_jobs` (
   PRIMARY KEY (`seq`),
   UNIQUE KEY `job_id` (`id`),
   KEY `job_due` (`status`, `run_at`),
+  KEY `job_claim` (`status`, `priority`, `run_at`),
   KEY `job_space_recent` (`space_id`, `updated_at`),
   KEY `job_space_key` (`space_id`, `key`, `status`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 1';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';
 
 CREATE TABLE IF NOT EXISTS `action_schedules` (
   `space_id` BIGINT NOT NULL,
@@ -48,7 +50,7 @@ CREATE TABLE IF NOT EXISTS `action_schedules` (
   `last_fire_at` BIGINT NULL,
   PRIMARY KEY (`space_id`, `action_id`),
   KEY `schedule_due` (`enabled`, `next_run_at`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 1';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';
 
 CREATE TABLE IF NOT EXISTS `action_kv` (
   `k` VARBINARY(764) NOT NULL,
@@ -56,4 +58,4 @@ CREATE TABLE IF NOT EXISTS `action_kv` (
   `expires_at` BIGINT NULL,
   PRIMARY KEY (`k`),
   KEY `kv_expiry` (`expires_at`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 1';
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 2';

@@ -21,6 +21,14 @@ EXECUTE pjm_step;
 
 DEALLOCATE PREPARE pjm_step;
 
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'seq bigint,id varbinary,space_id bigint,action_id varbinary,environment varbinary,trigger varbinary,input longtext,due_at bigint,max_attempts int,missed int,key varbinary,priority tinyint,status varchar,run_at bigint,attempts int,created_at bigint,updated_at bigint,claimed_at bigint,lease_until bigint,worker_id varbinary,run_id varbinary,cancel_requested tinyint,error mediumtext,history longtext' AND LOCATE('plitzi_jobs_mysql schema ', (SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs')) = 0), 'ALTER TABLE `action_jobs` COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
 SET @pjm_before = NULL, @pjm_after = NULL;
 
 SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'id varchar,space_id bigint,action_id varchar,environment varchar,trigger_type varchar,input mediumtext,due_at bigint,max_attempts int,missed int,status varchar,run_at bigint,attempts int,lease_until bigint,worker_id varchar,run_id varchar,cancel_requested tinyint,created_at bigint,updated_at bigint,error text,history mediumtext,expires_at bigint'), 'DROP TABLE IF EXISTS `action_jobs_new`', 'DO 0');
@@ -237,6 +245,30 @@ EXECUTE pjm_step;
 DEALLOCATE PREPARE pjm_step;
 
 SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_kv') = 'k varbinary,v mediumtext,expires_at bigint' AND @pjm_before = @pjm_after), 'RENAME TABLE `action_kv` TO `action_kv_old`, `action_kv_new` TO `action_kv`', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'plitzi_jobs_mysql schema 1'), 'ALTER TABLE `action_jobs` ADD COLUMN `priority` TINYINT NOT NULL DEFAULT 0 AFTER `key`, ADD KEY `job_claim` (`status`, `priority`, `run_at`), COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_schedules') = 'plitzi_jobs_mysql schema 1'), 'ALTER TABLE `action_schedules` COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
+
+PREPARE pjm_step FROM @pjm_sql;
+
+EXECUTE pjm_step;
+
+DEALLOCATE PREPARE pjm_step;
+
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_kv') = 'plitzi_jobs_mysql schema 1'), 'ALTER TABLE `action_kv` COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
 
 PREPARE pjm_step FROM @pjm_sql;
 

@@ -55,6 +55,8 @@ class JobInput:
     max_attempts: int
     missed: int | None = None
     key: str | None = None
+    #: -100..100; a claim takes due jobs by priority (LOWER first), then oldest run_at.
+    priority: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)

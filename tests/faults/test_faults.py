@@ -108,15 +108,16 @@ async def test_a_claim_cut_short_by_a_read_only_server_hands_out_what_it_had_won
                 for n in range(4)
             ]
         )
-        original = session_module.Connection.write
+        original = session_module.Connection._write
 
-        async def write(self: Any, sql: str, args: Any = None, **options: Any) -> int:
-            changed = await original(self, sql, args, **options)
-            if queue._sql.claim_pending in sql and changed:
+        # Every write goes through `_write` (a claim's compare-and-set answers its insert id too: issue 18.5).
+        async def write(self: Any, sql: str, args: Any, prefix: str | None) -> tuple[int, int]:
+            changed = await original(self, sql, args, prefix)
+            if queue._sql.claim_pending in sql and changed[0]:
                 await asyncio.to_thread(admin_sql, server.url, "SET GLOBAL read_only = 1")
             return changed
 
-        monkeypatch.setattr(session_module.Connection, "write", write)
+        monkeypatch.setattr(session_module.Connection, "_write", write)
         try:
             claimed = await queue.claim(worker_id="w", lease_ms=30_000, limit=4)
         finally:

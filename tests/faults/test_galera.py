@@ -29,6 +29,7 @@ from plitzi_jobs_mysql import (
     create_scheduler,
     schedule_job_id,
 )
+from plitzi_jobs_mysql.mysql import claim as claim_module
 from plitzi_jobs_mysql.mysql import queue as queue_module
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.testing import fresh_database
@@ -119,7 +120,7 @@ class ConflictCounter:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.codes: collections.Counter[str] = collections.Counter()
-        for module, where in ((queue_module, "queue"), (session_module, "retried")):
+        for module, where in ((queue_module, "queue"), (claim_module, "queue"), (session_module, "retried")):
             original = module.is_conflict
 
             def counted(error: BaseException, original: Any = original, where: str = where) -> bool:

@@ -26,11 +26,11 @@ from typing import Any, Final
 
 from plitzi_jobs_mysql.records import AttemptOutcome, Job, JobInput, ScheduleInput, SucceededJob
 
-#: Issue 18.4 (a lone claimer's own compare-and-sets meet 1205, so a claim comes back short and skips older jobs)
-#: and 18.5 (a lapsed job that dies in a claim uses up a slot of it, MySQL only) are fixed on another branch; until
-#: that is on main, a run keeps clear of both: lapsed jobs never reach max_attempts, and the MySQL queue's pool lets
-#: one claim send one compare-and-set at a time. PLITZI_DIFFERENTIAL_KNOWN=1 reaches them anyway.
-KNOWN_OPEN: Final = False
+#: Issue 18.4 (a lone claimer's own compare-and-sets met 1205, so a claim came back short and skipped older jobs)
+#: and 18.5 (a lapsed job that died in a claim used up a slot of it, MySQL only) are fixed: a run reaches both
+#: (lapsed jobs reach max_attempts, and the MySQL queue's pool lets one claim send its compare-and-sets side by
+#: side). False keeps clear of them again (PLITZI_DIFFERENTIAL_KNOWN=1 reaches them anyway).
+KNOWN_OPEN: Final = True
 START_MS: Final = 1_780_000_000_000  # 2026-05-28: a fixed start, so a seed replays exactly
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
@@ -61,6 +61,7 @@ INPUTS: Final[list[dict[str, Any]]] = [
 BAD_JOB_FIELDS: Final[list[dict[str, Any]]] = [
     {"id": ""}, {"id": "x" * 192}, {"id": "\ud800"}, {"action_id": ""}, {"max_attempts": 0},
     {"due_at": -1}, {"input": {1: "int key"}}, {"environment": "e" * 65}, {"key": "\udcff"},
+    {"priority": 101}, {"priority": True},
 ]  # fmt: skip
 
 
@@ -228,6 +229,7 @@ class Generator:
             "max_attempts": self.pick([1, 2, 3] if self.known_open else [40, 1_000]),
             "missed": self.pick([None, None, 0, 3]),
             "key": self.pick(JOB_KEYS),
+            "priority": self.pick([0, 0, 0, -5, 5, 100, -100]),
         }
         values.update(fields)
         return JobInput(**values)

@@ -25,6 +25,8 @@ from ..conftest import mariadb_client
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ("action_jobs", "action_schedules", "action_kv")
+#: The package's newest Alembic revision.
+HEAD = "0002"
 
 
 def alembic(url: str | None, *args: str, prefix: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -167,7 +169,7 @@ async def test_upgrade_downgrade_upgrade_makes_the_adapters_tables(
 
     ok(alembic(database_url, "upgrade", "head", prefix=prefix))
     assert table_list(database_url) == {prefix + t for t in TABLES} | {version_table, "alembic_version"}
-    assert query(database_url, f"SELECT version_num FROM `{version_table}`") == [("0001",)]
+    assert query(database_url, f"SELECT version_num FROM `{version_table}`") == [(HEAD,)]
     first = schema_snapshot(database_url, prefix)
 
     ok(alembic(database_url, "downgrade", "base", prefix=prefix))
@@ -179,7 +181,7 @@ async def test_upgrade_downgrade_upgrade_makes_the_adapters_tables(
     assert again == first
     assert query(database_url, "SELECT version_num FROM alembic_version") == [("users_own",)]
     current = ok(alembic(database_url, "current", prefix=prefix))
-    assert "0001 (head)" in current.stdout
+    assert f"{HEAD} (head)" in current.stdout
 
     assert first == await adapter_tables_snapshot(mysql_url, prefix)
     assert first == schema_sql_snapshot(mysql_url)
@@ -259,3 +261,19 @@ def test_migration_helpers_run_the_schema_functions_and_need_no_alembic() -> Non
     # Importing the helpers does not import Alembic (an optional dependency).
     code = "import sys; sys.modules['alembic'] = None; import plitzi_jobs_mysql.migrations"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_downgrade_one_revision_undoes_the_priorities_step(database_url: str) -> None:
+    ok(alembic(database_url, "upgrade", "head"))
+    head = schema_snapshot(database_url)
+    query(database_url, "INSERT INTO action_kv (k, v) VALUES ('kept', 'v')")
+    ok(alembic(database_url, "downgrade", "0001"))
+    columns = query(database_url, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+                                  "AND TABLE_NAME = 'action_jobs' ORDER BY ORDINAL_POSITION")  # fmt: skip
+    assert "priority" not in [c[0] for c in columns]
+    comments = query(database_url, "SELECT DISTINCT TABLE_COMMENT FROM information_schema.TABLES "
+                                   "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE 'action\\_%'")  # fmt: skip
+    assert comments == [("plitzi_jobs_mysql schema 1",)]
+    ok(alembic(database_url, "upgrade", "head"))
+    assert schema_snapshot(database_url) == head
+    assert query(database_url, "SELECT v FROM action_kv") == [("v",)]

@@ -217,6 +217,7 @@ def test_jobs_show(migrated: str) -> None:
     assert fails(cli("jobs", "show", "--url", migrated, "--space", "1", "other")) == (
         "plitzi-jobs-mysql: no job 'other' in space(s) 1"
     )
+    assert job["priority"] == 0 and re.search(r"^priority +0$", human, re.M), human
     assert "no job 'DONE'" in fails(cli("jobs", "show", "--url", migrated, "--space", "1", "DONE"))
     # Without --space the job is found wherever it is: ids are unique across the table.
     other = as_json(cli("jobs", "show", "--url", migrated, "other", "--json"))

@@ -24,11 +24,12 @@ from plitzi_jobs_mysql import (
     mysql_job_schema_upgrades,
 )
 from plitzi_jobs_mysql.memory import wall_clock_ms
+from plitzi_jobs_mysql.mysql import claim as claim_module
 from plitzi_jobs_mysql.mysql import queue as queue_module
 from plitzi_jobs_mysql.mysql import queue_core, schedule_calls
 from plitzi_jobs_mysql.mysql import session as session_module
 from plitzi_jobs_mysql.mysql.statements import statements_for
-from plitzi_jobs_mysql.testing.support import real_time_advance
+from plitzi_jobs_mysql.testing.support import now_ms, real_time_advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import empty_tables, numbers, open_pool, sql, sql_session
@@ -279,11 +280,32 @@ async def test_the_claim_reads_through_the_index_without_sorting_the_backlog(
     )
     sql(database_url, "ANALYZE TABLE action_jobs")
     statement = statements_for("").claim_candidates
-    plan = sql(database_url, "EXPLAIN " + statement, (10**12, 40, 20, 10**12, 10))
+    plan = sql(database_url, "EXPLAIN " + statement, (0, 10**12, 40, 20, 10**12, 10))
     text = repr(plan)
-    assert "filesort" not in text.lower() and "job_due" in text, plan
+    assert "filesort" not in text.lower() and "job_claim" in text, plan
     taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=10)
     assert [j.id for j in taken] == ["seed"] + [f"b{n}" for n in range(1, 19, 2)]
+
+
+async def test_the_due_priorities_are_found_without_walking_the_jobs(database_url: str, pools: list[Any]) -> None:
+    """A loose index scan, one dive per priority: a backlog of not-yet-due jobs of an urgent priority is not
+    walked to find the due jobs of a lower one."""
+    pool = await pool_on(pools, database_url)
+    queue = create_mysql_job_queue(pool)
+    now = await now_ms(queue)
+    sql(
+        database_url,
+        "INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
+        "priority, status, run_at, attempts, created_at, updated_at, history) "
+        f"SELECT CONCAT('b', seq), 1, 'a', 'main', 't', '{{}}', 0, 3, IF(seq % 5 = 0, 7, -50), 'pending', "
+        f"IF(seq % 5 = 0, {now} - seq, {now} + 3600000 + seq), 0, 0, 0, '[]' FROM " + numbers(20_000),
+    )
+    sql(database_url, "ANALYZE TABLE action_jobs")
+    plan = repr(sql(database_url, "EXPLAIN " + statements_for("").due_priorities, (now,)))
+    # MariaDB's table plan says "Using index for group-by"; MySQL 9's tree "Covering index skip scan for grouping".
+    assert ("for group-by" in plan or "skip scan for grouping" in plan) and "job_claim" in plan, plan
+    taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=3)
+    assert [(j.id, j.priority) for j in taken] == [("b20000", 7), ("b19995", 7), ("b19990", 7)]
 
 
 async def test_claims_facing_a_full_backlog_look_for_lapsed_leases_only_now_and_then(
@@ -443,7 +465,7 @@ async def test_purges_never_deadlock_with_claimers_and_settlers(
     # here, and a purge that met a conflict says so in its log. (A claimer skipping a row another claimer is
     # writing at that instant is a 1205 by design, and not counted.)
     deadlocks: list[int | None] = []
-    for module in (queue_module, queue_core, schedule_calls, session_module):
+    for module in (queue_module, claim_module, queue_core, schedule_calls, session_module):
         original = module.is_conflict
 
         def counted(error: BaseException, original: Any = original) -> bool:

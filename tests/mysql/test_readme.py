@@ -141,6 +141,21 @@ async def test_the_dashboard_mounts_in_a_starlette_app(database_url: str, monkey
             assert refused.status_code == 400  # spaces=[1]
 
 
+async def test_the_priorities_example_claims_the_urgent_job_first(database_url: str) -> None:
+    from plitzi_jobs_mysql import create_memory_job_queue, create_mysql_job_queue
+    from plitzi_jobs_mysql.testing.support import now_ms
+    from tests.conftest import pooled
+
+    (block,) = [b for b in python_blocks() if "urgent_first" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    memory = create_memory_job_queue()
+    assert await namespace["urgent_first"](memory, await now_ms(memory)) == ["password-reset:42", "newsletter:7"]
+    async with pooled(database_url) as pool:
+        queue = create_mysql_job_queue(pool)
+        assert await namespace["urgent_first"](queue, await now_ms(queue)) == ["password-reset:42", "newsletter:7"]
+
+
 async def test_the_outbox_example_commits_the_order_and_its_job_together(database_url: str) -> None:
     import pymysql
 

@@ -39,11 +39,13 @@ from plitzi_jobs_mysql.migrations import (
 )
 from plitzi_jobs_mysql.mysql.schema.migrate import run_migration
 from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, mysql_job_schema_upgrades
+from plitzi_jobs_mysql.mysql.schema.tables import SCHEMA_VERSION, jobs_v1, kv_v1, marker, schedules_v1
+from plitzi_jobs_mysql.mysql.schema.upgrades import STEPS
 from plitzi_jobs_mysql.testing import JobQueueContract, KvContract, fresh_database
 from plitzi_jobs_mysql.testing.support import Advance
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import empty_tables, mariadb_client, open_pool, sql, sql_session
+from ..conftest import empty_tables, mariadb_client, numbers, open_pool, sql, sql_session
 from ..harness import ts_original
 from ..support import Clock, job
 from .test_alembic import alembic, ok, schema_snapshot
@@ -191,7 +193,7 @@ async def test_every_table_carries_its_version_record(database_url: str) -> None
         await pool.wait_closed()
     comments = sql(database_url, "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
                                  "WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME")  # fmt: skip
-    assert comments == [(t, "plitzi_jobs_mysql schema 1") for t in sorted(TABLES)]
+    assert comments == [(t, marker(SCHEMA_VERSION)) for t in sorted(TABLES)]
 
 
 async def test_first_use_refuses_the_originals_tables_before_any_write(database_url: str) -> None:
@@ -218,7 +220,7 @@ async def test_first_use_refuses_the_originals_tables_before_any_write(database_
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ("ALTER TABLE action_schedules COMMENT = 'plitzi_jobs_mysql schema 2'", "made by a newer release"),
+        (f"ALTER TABLE action_schedules COMMENT = '{marker(SCHEMA_VERSION + 1)}'", "made by a newer release"),
         ("ALTER TABLE action_jobs COMMENT = 'plitzi_jobs_mysql schema 0'", "older than this release"),
         ("ALTER TABLE action_jobs DROP COLUMN claimed_at", "without column(s) claimed_at"),
         ("DROP TABLE action_kv", "not a table this package made"),
@@ -264,7 +266,7 @@ def test_dry_run_prints_the_plan_and_changes_nothing(database_url: str) -> None:
     before = sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv")
     result = ok(cli("migrate", "--url", database_url, "--dry-run"))
     assert "`action_jobs`: the TypeScript original's table" in result.stdout
-    assert "its 13 row(s) will be copied into a new schema-1 table" in result.stdout
+    assert f"its 13 row(s) will be copied into a new schema-{SCHEMA_VERSION} table" in result.stdout
     assert "kept as `action_kv_old`" in result.stdout and "dry run: nothing changed" in result.stdout
     assert sql(database_url, "CHECKSUM TABLE action_jobs, action_schedules, action_kv") == before
     assert len(sql(database_url, "SHOW TABLES")) == 3
@@ -419,11 +421,13 @@ def test_a_run_that_died_half_way_resumes(mysql_url: str, fresh_snapshot: dict[s
     """Cut at each kind of state a crash can leave (every statement is atomic), then let `migrate` finish."""
     statements = mysql_job_schema_statements() + mysql_job_schema_upgrades()
     executes = [i + 1 for i, s in enumerate(statements) if s == "EXECUTE pjm_step"]
-    # Per table: its stamp (a no-op on the original's tables), then drop, create, fingerprint, copy (finished jobs,
-    # then the others), fingerprint, swap. Cut with the jobs copy created empty, half and fully filled; with jobs
-    # swapped in and the others not; with two swapped; with the last one copied but not swapped.
-    assert len(executes) == 22
-    cuts = [executes[2], executes[4], executes[5], executes[7], executes[14], executes[19]]
+    # Per table: its stamp (a no-op on the original's tables; the jobs table has two, its first layout and its
+    # current one), then drop, create, fingerprint, copy (finished jobs, then the others), fingerprint, swap. Cut
+    # with the jobs copy created empty, half and fully filled; with jobs swapped in and the others not; with two
+    # swapped; with the last one copied but not swapped.
+    later = sum(s == "EXECUTE pjm_step" for step in STEPS[1:] for s in step.statements(""))
+    assert len(executes) == 23 + later
+    cuts = [executes[3], executes[5], executes[6], executes[8], executes[15], executes[20]]
     for cut in cuts:
         with fresh_database(mysql_url, "pjm_cut") as url:
             populate(url)
@@ -523,6 +527,85 @@ def test_autogenerate_with_include_object_leaves_the_job_tables_alone(database_u
             assert diff(include_object=include_object_for("", "p_")) == {("add_table", "users")}
     finally:
         engine.dispose()
+
+
+# -- upgrading schema-1 tables (this package's first release) in place -----------------------------------------
+
+
+def populate_schema_1(url: str, prefix: str = "") -> int:
+    """Tables as this package's first release made them, holding jobs in every status, a schedule and a key."""
+    t = server_now(url)
+    jobs = f"{prefix}action_jobs"
+    sql_session(url, [jobs_v1(jobs), schedules_v1(f"{prefix}action_schedules"), kv_v1(f"{prefix}action_kv")])
+    statuses = "ELT(1 + seq % 6, 'pending', 'pending', 'running', 'succeeded', 'dead', 'cancelled')"
+    sql(
+        url,
+        f"INSERT INTO `{jobs}` (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
+        "missed, `key`, status, run_at, attempts, created_at, updated_at, claimed_at, lease_until, worker_id, "
+        "history) "
+        f"SELECT CONCAT('v1-', seq), 1 + seq % 3, CONCAT('a', seq % 4), 'main', 'api', '{{\"n\": 1}}', "
+        f"{t} - 3000000 + seq * 7 % 1000, 3, NULL, IF(seq % 5 = 0, 'k', NULL), {statuses}, "
+        f"{t} - 3000000 + seq * 7 % 1000, IF({statuses} = 'pending', 0, 1), {t} - 3600000, {t} - 3600000 + seq, "
+        f"IF({statuses} = 'running', {t} - 1000, NULL), IF({statuses} = 'running', {t} + 600000, NULL), "
+        f"IF({statuses} = 'running', 'w-old', NULL), '[]' FROM " + numbers(3_000),
+    )
+    sql(url, f"INSERT INTO `{prefix}action_schedules` VALUES (1, 'nightly', '0 3 * * *', 'UTC', 'main', 1, "
+             f"{t} + 60000, 3, 0, {t}, NULL)")  # fmt: skip
+    sql(url, f"INSERT INTO `{prefix}action_kv` VALUES ('kept', 'value', NULL)")
+    return t
+
+
+def upgrade_schema_1(path: str, url: str, prefix: str) -> None:
+    if path == "migrate":
+        ok(cli("migrate", "--url", url, *(("--prefix", prefix) if prefix else ())))
+    elif path == "sql-files":
+        command, env = mariadb_client(url)
+        script = (ROOT / "sql" / "upgrades.sql").read_text(encoding="utf-8")
+        done = subprocess.run(command, input=script, capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr
+    else:  # an Alembic history at the first revision, made by the first release
+        ok(alembic(url, "stamp", "0001", prefix=prefix))
+        ok(alembic(url, "upgrade", "head", prefix=prefix))
+
+
+V1_JOB_COLUMNS = "seq, id, space_id, action_id, status, run_at, attempts, updated_at, lease_until, worker_id, `key`"
+
+
+@pytest.mark.parametrize(("path", "prefix"), [("migrate", ""), ("sql-files", ""), ("alembic", "app_")])
+async def test_schema_1_tables_are_upgraded_in_place_keeping_every_row(
+    database_url: str, fresh_snapshot: dict[str, Any], path: str, prefix: str
+) -> None:
+    t = populate_schema_1(database_url, prefix)
+    jobs = f"{prefix}action_jobs"
+    before = sql(database_url, f"SELECT {V1_JOB_COLUMNS} FROM `{jobs}` ORDER BY seq")
+    others = [sql(database_url, f"SELECT * FROM `{prefix}{name}`") for name in ("action_schedules", "action_kv")]
+    pool = await open_pool(database_url)
+    try:
+        with pytest.raises(SchemaMismatchError, match="older than this release"):
+            await create_mysql_job_queue(pool, table_prefix=prefix).now()
+    finally:
+        pool.close()
+        await pool.wait_closed()
+    upgrade_schema_1(path, database_url, prefix)
+    assert_fresh(database_url, fresh_snapshot, prefix)
+    assert sql(database_url, f"SELECT {V1_JOB_COLUMNS} FROM `{jobs}` ORDER BY seq") == before
+    assert [sql(database_url, f"SELECT * FROM `{prefix}{name}`") for name in ("action_schedules", "action_kv")] == (
+        others
+    )
+    assert sql(database_url, f"SELECT DISTINCT priority FROM `{jobs}`") == [(0,)]
+    upgrade_schema_1("migrate", database_url, prefix)  # a second run changes nothing
+    assert sql(database_url, f"SELECT {V1_JOB_COLUMNS} FROM `{jobs}` ORDER BY seq") == before
+    # The upgraded table claims as a fresh one does: an urgent job first, then the old jobs oldest first.
+    pool = await open_pool(database_url)
+    try:
+        queue = create_mysql_job_queue(pool, table_prefix=prefix)
+        oldest = sql(database_url, f"SELECT id FROM `{jobs}` WHERE status = 'pending' ORDER BY run_at, seq LIMIT 3")
+        assert await queue.enqueue(job("urgent", due_at=t, priority=-5))
+        taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=4)
+        assert [j.id for j in taken] == ["urgent"] + [text(row[0]) for row in oldest]
+    finally:
+        pool.close()
+        await pool.wait_closed()
 
 
 # -- the contract suites on upgraded tables -----------------------------------------------------------------

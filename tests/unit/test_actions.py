@@ -70,7 +70,7 @@ async def test_enqueue_fills_what_the_declaration_knows() -> None:
     _, queue = fixed_queue()
     actions = Actions()
 
-    @actions.action("send-welcome", max_attempts=5)
+    @actions.action("send-welcome", max_attempts=5, priority=-7)
     async def send_welcome(job: Job) -> None:
         return None
 
@@ -78,7 +78,7 @@ async def test_enqueue_fills_what_the_declaration_knows() -> None:
     assert str(uuid.UUID(made)) == made  # a derived id: a random UUID
     found = await queue.get_job([1], made)
     assert found is not None
-    assert (found.action_id, found.input, found.max_attempts) == ("send-welcome", {"user": 42}, 5)
+    assert (found.action_id, found.input, found.max_attempts, found.priority) == ("send-welcome", {"user": 42}, 5, -7)
     assert (found.environment, found.trigger, found.key, found.due_at) == ("main", "api", None, T)
 
     later = await actions.enqueue(queue, "send-welcome", None, space_id=1, delay_ms=60_000, key="u42", trigger="x")

@@ -55,6 +55,7 @@ def show_job(job: Job, now: int | None = None) -> str:
         ("action", job.action_id),
         ("status", job.status + (" (cancel requested)" if job.cancel_requested else "")),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", job.priority),
         ("environment", job.environment),
         ("trigger", job.trigger),
         ("key", job.key),

@@ -36,6 +36,9 @@ INPUT_MAX_DEPTH: Final = 512  # deeper than this, decoding it again would meet P
 MAX_INSTANT_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: the last instant a datetime can hold
 MAX_DURATION_MS: Final = 10 * 366 * 24 * 3_600_000  # leases, delays and lifetimes: ten years
 MAX_INT32: Final = 2**31 - 1
+#: A job's priority: lower runs first (as in Solid Queue, Oban and River).
+PRIORITY_MIN: Final = -100
+PRIORITY_MAX: Final = 100
 INT64_MIN: Final = -(2**63)
 INT64_MAX: Final = 2**63 - 1
 MAX_LIMIT: Final = 10_000
@@ -193,6 +196,7 @@ def job_input(job: object) -> str:
     if job.missed is not None:
         integer("missed", job.missed, 0, MAX_INT32)
     optional_text("key", job.key, ID_MAX_CHARS)
+    integer("priority", job.priority, PRIORITY_MIN, PRIORITY_MAX)
     return encode_input(job.input)
 
 

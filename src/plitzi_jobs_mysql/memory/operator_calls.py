@@ -12,7 +12,7 @@ from ..errors import LeaseLostError
 from ..records import TERMINAL_STATUSES, AttemptOutcome, Job
 
 if TYPE_CHECKING:
-    from .queue import _Row
+    from .claim_order import Row as _Row
 
 
 def no_connection(connection: object) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import json
 import logging
@@ -32,6 +31,8 @@ from ..records import (
     ScheduleInput,
     SucceededJob,
 )
+from .claim_order import ClaimOrder
+from .claim_order import Row as _Row
 from .limits import MemoryLimits
 from .operator_calls import MemoryOperatorCalls, no_connection
 from .operator_reads import MemoryOperatorReads
@@ -44,21 +45,6 @@ _emit = Emitter(None, log)
 
 
 @dataclass
-class _Row:
-    """A job as the memory queue holds it: the record, plus what only the store needs to know."""
-
-    job: Job
-    seq: int  # enqueue order, finer than a millisecond
-    input_json: str  # kept encoded, so a caller mutating its dict afterwards changes nothing here
-    version: int = 0  # moves on every change: a heap entry carrying an older one is stale
-
-
-# A heap entry: (run_at or lease_until, seq, version, row). seq is unique per row and versions differ per entry,
-# so the row itself is never compared.
-_Entry_ = tuple[int, int, int, _Row]
-
-
-@dataclass
 class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
     """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
 
@@ -68,11 +54,8 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
     _schedules: MemorySchedules = field(default_factory=MemorySchedules)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
-    # Claims read two heaps rather than sorting every job: pending jobs (and lapsed leases moved over) by
-    # (run_at, seq), running jobs by lease_until. An entry is stale once its row changed again or left the queue;
-    # stale entries are skipped when they come up, and the heaps are rebuilt if they outgrow the jobs.
-    _ready: list[_Entry_] = field(default_factory=list)
-    _leases: list[_Entry_] = field(default_factory=list)
+    # Claims read heaps rather than sorting every job (claim_order.py).
+    _order: ClaimOrder = field(default_factory=ClaimOrder)
     _limits: MemoryLimits = field(default_factory=MemoryLimits)
     #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
     wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
@@ -99,24 +82,12 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
 
     def _index(self, row: _Row) -> None:
         row.version += 1
-        job = row.job
-        if job.status == "pending":
-            heapq.heappush(self._ready, (job.run_at, row.seq, row.version, row))
-        elif job.status == "running":
-            heapq.heappush(self._leases, (job.lease_until or 0, row.seq, row.version, row))
-        if len(self._ready) + len(self._leases) > 2 * len(self._jobs) + 1024:
-            self._rebuild()
+        self._order.push(row)
+        if self._order.size() > 2 * len(self._jobs) + 1024:
+            self._order.rebuild(self._jobs.values())
 
     def _current(self, row: _Row, version: int) -> bool:
         return row.version == version and self._jobs.get(row.job.id) is row
-
-    def _rebuild(self) -> None:
-        self._ready = [(r.job.run_at, r.seq, r.version, r) for r in self._jobs.values() if r.job.status == "pending"]
-        self._leases = [
-            (r.job.lease_until or 0, r.seq, r.version, r) for r in self._jobs.values() if r.job.status == "running"
-        ]
-        heapq.heapify(self._ready)
-        heapq.heapify(self._leases)
 
     def _evict(self) -> None:
         """Oldest finished jobs first, so the bound drops history rather than anything anybody waits on."""
@@ -146,6 +117,7 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
             max_attempts=job.max_attempts,
             missed=job.missed,
             key=job.key,
+            priority=job.priority,
             status="pending",
             run_at=job.due_at,
             attempts=0,
@@ -183,28 +155,19 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
         on_limited: EventHook | None = None,
     ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
-        limited, refused = limits_arg(limits), list[_Entry_]()
+        limited, refused = limits_arg(limits), list[tuple[_Row, int]]()
         at = self._now()
-        # Lapsed leases join the pending jobs, to be taken in the same oldest-run_at-first order.
-        while self._leases and self._leases[0][0] < at:
-            _lease, seq, version, row = heapq.heappop(self._leases)
-            if self._current(row, version):
-                heapq.heappush(self._ready, (row.job.run_at, seq, version, row))
+        # Lapsed leases join the due pending jobs, taken by priority, then oldest run_at.
+        self._order.ripen(at, self._current)
         taken: list[Job] = []
-        while self._ready and len(taken) < limit:
-            run_at, _seq, version, row = self._ready[0]
-            if self._current(row, version) and run_at > at:
-                break  # the oldest waiting job is not due yet
-            heapq.heappop(self._ready)
-            if not self._current(row, version):
-                continue
+        while len(taken) < limit:
+            found = self._order.pop_due(at, self._current)
+            if found is None:
+                break
+            row, version = found
             job = row.job
-            if job.status == "running" and (job.lease_until or 0) >= at:
-                # Found lapsed by an earlier claim, but the clock has stepped back since: under its lease again.
-                heapq.heappush(self._leases, (job.lease_until or 0, row.seq, version, row))
-                continue
             if limited and (waits := self._limits.refuses(job, limited, at, self._holds)):
-                refused.append((run_at, row.seq, version, row))  # over its limit: waits as it was, for a later claim
+                refused.append((row, version))  # over its limit: waits as it was, for a later claim
                 if on_limited is not None:
                     on_limited(limited_event(job.id, job.space_id, job.action_id, waits))
                 continue
@@ -243,8 +206,8 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
             )
             self._limits.started(row.job, limited, at)
             taken.append(self._snapshot(row))
-        for entry in refused:
-            heapq.heappush(self._ready, entry)
+        for row, version in refused:
+            self._order.put_back_due(row, version)
         self._evict()
         return taken
 

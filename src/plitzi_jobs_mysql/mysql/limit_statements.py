@@ -60,6 +60,6 @@ class LimitSql:
     def pending_past(self, groups: int) -> str:
         past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
         return (
-            f"SELECT seq, run_at, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_due) "
-            f"WHERE status = 'pending' AND run_at <= %s AND {past} ORDER BY run_at, seq LIMIT %s"
+            f"SELECT seq, run_at, priority, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_claim) "
+            f"WHERE status = 'pending' AND run_at <= %s AND {past} ORDER BY priority, run_at, seq LIMIT %s"
         )

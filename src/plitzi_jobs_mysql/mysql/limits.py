@@ -20,7 +20,7 @@ deadlock, and on Galera/Group Replication a lost certification is a lost race li
 the slot back (best effort: a slot whose give-back was lost frees itself once its job is no longer running).
 
 When every candidate read belongs to a saturated group, the claim reads again past those groups (their jobs
-excluded by space and action): it steps over their waiting rows in the `job_due` index, so the cost of that
+excluded by space and action): it steps over their waiting rows in the `job_claim` index, so the cost of that
 second read grows with a saturated group's backlog.
 """
 
@@ -41,6 +41,7 @@ from ..contract.events import EventHook, limit_reached
 from ..contract.events import limited as limited_event
 from ..contract.limits import Group, LimitUsage, group_of
 from ..records import ActionLimit
+from .claim_values import LOST, WON, Candidate
 from .limit_statements import FREE, LimitSql
 from .queue_core import log
 from .rows import job_columns
@@ -136,8 +137,8 @@ class LimitedClaims(QueueCore):
         return self._limit_sql
 
     async def _plan(
-        self, candidates: list[tuple[int, int, int]], limits: Mapping[str, ActionLimit], now: int, plan: Plan
-    ) -> list[tuple[int, int, int]]:
+        self, candidates: list[Candidate], limits: Mapping[str, ActionLimit], now: int, plan: Plan
+    ) -> list[Candidate]:
         """The candidates that fit their limits (plan.takes says with which rows); the others' groups go to
         `plan.refused`."""
         sql = self._limits_sql()
@@ -149,7 +150,7 @@ class LimitedClaims(QueueCore):
             # Only a TRUNCATE, or an old server's restart after a purge, reuses a seq: forget now and then anyway.
             self._job_groups, self._job_groups_since = {}, now
         known = self._job_groups
-        missing = [seq for seq, _run_at, _lapsed in candidates if seq not in known]
+        missing = [seq for seq, *_rest in candidates if seq not in known]
         if missing:
             found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (missing,)))
             for seq, space_id, action_id, key, id_ in found:
@@ -158,7 +159,7 @@ class LimitedClaims(QueueCore):
             while len(known) > MAX_HOLDS:
                 del known[next(iter(known))]
         limited: dict[int, tuple[Group, ActionLimit]] = {}
-        ids = {seq: known[seq][3] for seq, _run_at, _lapsed in candidates if seq in known}
+        ids = {seq: known[seq][3] for seq, *_rest in candidates if seq in known}
         for seq, (space_id, action_id, text_key, _id) in [(c[0], known[c[0]]) for c in candidates if c[0] in known]:
             limit = limits.get(action_id)
             if limit is not None:
@@ -208,13 +209,13 @@ class LimitedClaims(QueueCore):
 
     if TYPE_CHECKING:
 
-        async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool: ...
+        async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> int: ...
 
         def _won_at(self, now: int, started_ns: int) -> int: ...
 
     async def _within_limits(
-        self, candidates: list[tuple[int, int, int]], limit: int, now: int, plan: Plan | None
-    ) -> list[tuple[int, int, int]]:
+        self, candidates: list[Candidate], limit: int, now: int, plan: Plan | None
+    ) -> list[Candidate]:
         """The candidates a claim may try; when saturated groups left it short, due jobs read past them."""
         if plan is None:
             return candidates
@@ -232,22 +233,22 @@ class LimitedClaims(QueueCore):
 
     async def _take_within(
         self, plan: Plan | None, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int
-    ) -> bool:
+    ) -> int:
         """`_take`, after the slot and the rate entry the plan gave the job (a limited one); a slot is given back
-        when the job itself is lost."""
+        when the job itself is lost, or died rather than ran (a death spends no slot)."""
         try:
             held = await self._take_rows(plan, seq, self._won_at(now, started), lease_ms, worker_id)
         except _Lost:
-            return False
-        won = False
+            return LOST
+        result = LOST
         try:
-            won = await self._take(seq, lapsed, worker_id, lease_ms, now, started)
+            result = await self._take(seq, lapsed, worker_id, lease_ms, now, started)
         finally:
-            if won and plan is not None:
+            if result == WON and plan is not None:
                 plan.held[seq] = held
             else:
                 await self._give_back(held)
-        return won
+        return result
 
     async def _claimed(self, plan: Plan | None, rows: Sequence[Sequence[Any]]) -> None:
         """The claim's read-back: slots of jobs it returns are held until their settle; the others (a lapsed job
@@ -301,17 +302,17 @@ class LimitedClaims(QueueCore):
                                     running=running, rate=rate, per_ms=per_ms, started=started))  # fmt: skip
         return sorted(usage, key=lambda u: (u.space_id, u.action_id, u.key or ""))
 
-    async def _pending_past(self, refused: Mapping[Group, bool], now: int, count: int) -> list[tuple[int, int, int]]:
-        """Due pending jobs of every group but the refused ones, oldest first; their groups are read with them."""
+    async def _pending_past(self, refused: Mapping[Group, bool], now: int, count: int) -> list[Candidate]:
+        """Due pending jobs of every group but the refused ones, in claim order; their groups are read with them."""
         args: list[Any] = [now]
         for (space_id, action_id, key), by_key in refused.items():
             args += [space_id, action_id, not by_key, key]
         statement = self._limits_sql().pending_past(len(refused))
         rows = await self._store.run(lambda conn: conn.fetch(statement, (*args, count)))
-        for seq, _run_at, space_id, action_id, key, id_ in rows:
+        for seq, _run_at, _priority, space_id, action_id, key, id_ in rows:
             text_key = None if key is None else as_text(key)
             self._job_groups[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
-        return [(int(seq), int(run_at), 0) for seq, run_at, *_group in rows]
+        return [(int(seq), int(run_at), 0, int(priority)) for seq, run_at, priority, *_group in rows]
 
     async def _take_rows(self, plan: Plan | None, seq: int, at: int, lease_ms: int, worker_id: str) -> list[Entry]:
         """The slot and rate entry of the plan for `seq`, taken; None (a lost race) when either could not be."""

@@ -2,44 +2,32 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import random
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pymysql
 
 from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
-from ..contract.events import Emitter, EventHook, dead_by_loss
-from ..contract.limits import limits_arg
+from ..contract.events import Emitter
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
-from ..records import LOST_ERROR, ActionLimit, AttemptOutcome, Job, JobInput, SucceededJob
+from ..records import AttemptOutcome, JobInput, SucceededJob
 from .bulk_calls import BulkCalls
 from .caller_calls import CallerCalls
-from .limits import LimitedClaims, Plan
+from .claim import ClaimCalls
 from .operator_calls import OperatorCalls
 from .packet import BATCH_BYTES, batches, room_for_payload
 from .queue_core import log
-from .rows import job_columns, job_from_columns
 from .schedule_calls import ScheduleCalls
 from .session import Connection, as_text, is_conflict, is_duplicate
 
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
 
-# How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
-# loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
-# over the same few rows. The spread relaxes again once claims stop colliding.
-MAX_SPREAD = 64
-# Compare-and-sets one claim keeps in flight at once, each on its own pooled connection.
-CAS_IN_FLIGHT = 8
 
-
-class MysqlJobQueue(LimitedClaims, CallerCalls, BulkCalls, ScheduleCalls, OperatorCalls):
+class MysqlJobQueue(ClaimCalls, CallerCalls, BulkCalls, ScheduleCalls, OperatorCalls):
     """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
 
     # -- enqueue --------------------------------------------------------------------------------------------
@@ -56,6 +44,7 @@ class MysqlJobQueue(LimitedClaims, CallerCalls, BulkCalls, ScheduleCalls, Operat
             job.max_attempts,
             job.missed,
             job.key,
+            job.priority,
             job.due_at,
             now,
             now,
@@ -146,162 +135,7 @@ class MysqlJobQueue(LimitedClaims, CallerCalls, BulkCalls, ScheduleCalls, Operat
             remaining = [(job, encoded) for job, encoded in remaining if job.id not in found]
         return set()
 
-    # -- claim, heartbeat, settle ---------------------------------------------------------------------------
-
-    async def claim(
-        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None,
-        on_limited: EventHook | None = None,
-    ) -> list[Job]:  # fmt: skip
-        check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
-        limited = limits_arg(limits)  # jobs over their limit are left out of the claim (mysql/limits.py)
-        plan = Plan(limits=limited, on_limited=on_limited) if limited else None
-        if limit == 0:
-            return []
-        now = self._clock.fresh()
-        if now is None:
-            now = await self._clock.now()
-        if now >= self._next_purge_at:
-            await self._purge_if_due(now)
-        return await self._claim(worker_id, lease_ms, limit, now, plan)
-
-    async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[tuple[int, int, int]]:
-        """Up to 2 × limit pending jobs from `offset` on and, when `_lapsed_read_due`, up to `limit` lapsed
-        leases, oldest first."""
-        with_lapsed = self._lapsed_read_due(now, lease_ms)
-        args: tuple[int, ...]
-        if with_lapsed:
-            sql, args = self._sql.claim_candidates, (now, offset, 2 * limit, now, limit)
-        else:
-            sql, args = self._sql.claim_pending_candidates, (now, offset, 2 * limit)
-        rows = await self._store.run(lambda conn: conn.fetch(sql, args))
-        candidates = [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
-        short = sum(1 for c in candidates if not c[2]) < 2 * limit
-        if short and not with_lapsed:
-            # The backlog ran out since the last claim: lapsed leases are what is left to take, so look now
-            # rather than at the next poll.
-            rows = await self._store.run(lambda conn: conn.fetch(self._sql.claim_lapsed_candidates, (now, limit)))
-            candidates += [(int(seq), int(run_at), int(lapsed)) for seq, run_at, lapsed in rows]
-            with_lapsed = True
-        if with_lapsed:
-            self._lapsed_read_at = now
-        self._backlog_short = short
-        return sorted(candidates, key=lambda r: (r[1], r[0]))
-
-    def _lapsed_read_due(self, now: int, lease_ms: int) -> bool:
-        if self._backlog_short or self._lapsed_read_at is None:
-            return True
-        every = min(self._lapsed_read_every_ms, lease_ms // 10)
-        # A clock that went back (an injected one, a failover to another primary) looks again too.
-        return not self._lapsed_read_at <= now < self._lapsed_read_at + every
-
-    def _cas_room(self) -> int:
-        """How many compare-and-sets to send side by side: no more than the pool can lend at once without
-        waiting, less one, so the settles of jobs already running are not queued behind a claim."""
-        pool = self._store.pool
-        try:
-            idle = int(pool.freesize) + int(pool.maxsize) - int(pool.size)
-        except (AttributeError, TypeError, ValueError):  # not an aiomysql pool: no way to tell
-            return CAS_IN_FLIGHT
-        return max(1, min(CAS_IN_FLIGHT, idle - 1))
-
-    async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> bool:
-        """One compare-and-set on its own borrowed connection: True when this claimer won the job."""
-        flavour = self._store.flavour
-        if flavour.nowait_guard:
-            statement = self._sql.claim_lapsed_nowait if lapsed else self._sql.claim_pending_nowait
-        else:
-            statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
-
-        async def take(conn: Connection) -> int:
-            at = self._won_at(now, started)
-            args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
-            # A row another transaction holds fails at once (MariaDB's per-statement bound, MySQL's NOWAIT guard)
-            # rather than after the server's innodb_lock_wait_timeout: someone else has it, a lost race.
-            return await conn.write(statement, args, prefix=flavour.claim_prefix)
-
-        try:
-            return bool(await self._store.run(take))
-        except pymysql.err.MySQLError as error:
-            if not is_conflict(error):
-                raise
-            return False  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
-
-    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int, plan: Plan | None) -> list[Job]:
-        # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
-        # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
-        offset = random.randrange(self._spread) * limit
-        candidates = await self._candidates(limit, now, offset, lease_ms)
-        if len(candidates) < limit and offset:
-            candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
-        candidates = await self._within_limits(candidates, limit, now, plan)
-        started = time.monotonic_ns()
-        won: list[int] = []
-        lost = 0
-        failure: BaseException | None = None
-        for attempt in range(2):
-            # The compare-and-sets of one claim run side by side, each its own single-row statement on its own
-            # pooled connection (never two held at once, so a small pool cannot deadlock): a claim costs three
-            # round trips of wall time rather than one per job. Candidates lost to other claimers are replaced
-            # by the next ones, so no more than `limit` are ever won.
-            waiting = list(candidates)
-            while waiting and len(won) < limit and failure is None:
-                batch = waiting[: min(limit - len(won), self._cas_room())]
-                del waiting[: len(batch)]
-                results = await asyncio.gather(
-                    *(
-                        self._take_within(plan, seq, lapsed, worker_id, lease_ms, now, started)
-                        for seq, _run_at, lapsed in batch
-                    ),
-                    return_exceptions=True,
-                )
-                for (seq, _run_at, _lapsed), result in zip(batch, results, strict=True):
-                    if isinstance(result, BaseException):
-                        failure = failure or result
-                    elif result:
-                        won.append(seq)
-                    else:
-                        lost += 1
-            # Every candidate lost to other claimers, but more were there: read once more rather than leave a
-            # worker idle for a whole poll while jobs wait.
-            if won or attempt or failure is not None or len(candidates) < 2 * limit:
-                break
-            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
-            candidates = await self._within_limits(candidates, limit, now, plan)
-        self._adapt_spread(lost)
-        if failure is not None:
-            if not won or not isinstance(failure, Exception):
-                raise failure
-            # The jobs already won are ours: raising would leave them running with nobody running them until their
-            # lease lapsed (a lost attempt each, and a lease of waiting). Hand those out.
-            log.warning("claim cut short after winning %d jobs: %s", len(won), failure)
-        if not won:
-            return []
-        # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
-        rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
-        await self._claimed(plan, rows)
-        if len(rows) < len(won):
-            returned = {int(c["seq"]) for c in map(job_columns, rows)}
-            missing = [seq for seq in won if seq not in returned]
-            dead = await self._store.run(lambda conn: conn.fetch(self._sql.dead_by_loss, (missing,)))
-            for id_, space_id, action_id, attempts, max_attempts in dead:
-                _emit(dead_by_loss(as_text(id_), int(space_id), as_text(action_id), int(attempts), int(max_attempts)))
-        claimed = sorted(map(job_columns, rows), key=lambda c: (c["run_at"], c["seq"]))
-        return [job_from_columns(c) for c in claimed]
-
-    def _won_at(self, now: int, started_ns: int) -> int:
-        """A lease counts from the moment its row is won, not from the claim's start: the clock's answer without
-        an await, else the claim's now advanced by the time the claim has taken so far. Never a new reading of
-        the server's clock, which would borrow a second connection in the middle of the claim."""
-        at = self._clock.fresh()
-        return now + (time.monotonic_ns() - started_ns) // 1_000_000 if at is None else at
-
-    def _adapt_spread(self, lost: int) -> None:
-        # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window
-        # oscillate, and a window just as wide as the claimers' combined demand runs dry.
-        if lost:
-            self._spread = min(MAX_SPREAD, self._spread * 2)
-        elif self._spread > 1:
-            self._spread -= 1
+    # -- heartbeat, settle (the claim is claim.py's) --------------------------------------------------------
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = list(dict.fromkeys(check.heartbeat_args(job_ids=job_ids, worker_id=worker_id, lease_ms=lease_ms)))

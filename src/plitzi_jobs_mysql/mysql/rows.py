@@ -32,6 +32,7 @@ def job_from_columns(c: dict[str, Any]) -> Job:
         max_attempts=int(c["max_attempts"]),
         missed=_optional_int(c["missed"]),
         key=_optional_text(c["key"]),
+        priority=int(c["priority"]),
         status=as_text(c["status"]),
         run_at=int(c["run_at"]),
         attempts=int(c["attempts"]),

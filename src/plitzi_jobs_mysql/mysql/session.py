@@ -172,10 +172,10 @@ class Connection:
         connection's statement prefix (a claim's bounds its lock wait)."""
         return (await self._write(sql, args, prefix))[0]
 
-    async def write_returning_id(self, sql: str, args: Any = None) -> tuple[int, int]:
+    async def write_returning_id(self, sql: str, args: Any = None, *, prefix: str | None = None) -> tuple[int, int]:
         """Like `write`, answering the affected rows and the LAST_INSERT_ID() the statement set (the OK packet's
         insert id)."""
-        return await self._write(sql, args, None)
+        return await self._write(sql, args, prefix)
 
     async def _write(self, sql: str, args: Any, prefix: str | None) -> tuple[int, int]:
         try:

@@ -25,43 +25,13 @@ from .schema.tables import table_names
 NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)"
 
 #: The columns a job or schedule is read with; rows.py decodes a row by these names.
-JOB_COLUMN_NAMES = (
-    "seq",
-    "id",
-    "space_id",
-    "action_id",
-    "environment",
-    "trigger",
-    "input",
-    "due_at",
-    "max_attempts",
-    "missed",
-    "key",
-    "status",
-    "run_at",
-    "attempts",
-    "created_at",
-    "updated_at",
-    "history",
-    "lease_until",
-    "worker_id",
-    "run_id",
-    "cancel_requested",
-    "error",
-    "claimed_at",
+JOB_COLUMN_NAMES = tuple(
+    "seq id space_id action_id environment trigger input due_at max_attempts missed key priority status run_at "
+    "attempts created_at updated_at history lease_until worker_id run_id cancel_requested error claimed_at".split()
 )
-SCHEDULE_COLUMN_NAMES = (
-    "space_id",
-    "action_id",
-    "cron",
-    "timezone",
-    "environment",
-    "enabled",
-    "next_run_at",
-    "max_attempts",
-    "missed",
-    "updated_at",
-    "last_fire_at",
+SCHEDULE_COLUMN_NAMES = tuple(
+    "space_id action_id cron timezone environment enabled next_run_at max_attempts missed updated_at "
+    "last_fire_at".split()
 )
 JOB_COLUMNS = ", ".join(f"`{name}`" for name in JOB_COLUMN_NAMES)
 SCHEDULE_COLUMNS = ", ".join(f"`{name}`" for name in SCHEDULE_COLUMN_NAMES)
@@ -88,6 +58,16 @@ def count_rows(table: str) -> str:
     """What `migrate --dry-run` reports a copy would move (`table` is one of `table_names`)."""
     return f"SELECT COUNT(*) FROM `{table}`"
 
+
+# A worker's single-row writes find their row by key, never through `job_due`/`job_claim`: on a small table, or
+# rows with equal run_at, the optimizer reads an UPDATE's `status = … AND run_at <= …` as a range of those
+# indexes and locks the whole range, so one claim's compare-and-sets (and a settle beside them) met 1205 against
+# each other with nobody else writing (issue 18.4). MariaDB and MySQL both take index hints in an UPDATE.
+BY_SEQ = "FORCE INDEX (PRIMARY)"
+BY_ID = "FORCE INDEX (job_id)"
+
+#: What a lapsed job's takeover reports in its OK packet's insert id (`claim_lapsed`).
+TAKE_DIED, TAKE_WON = 1, 2
 
 #: A claim's instant: the claim's now, but always after the job's previous claim, so two claims of one job never
 #: share one (even within a millisecond) and a settle carrying its claim's instant tells the claims apart.
@@ -144,6 +124,7 @@ class Statements:
     insert_job_values: str
     insert_jobs: str
     existing_job_ids: str
+    due_priorities: str
     claim_candidates: str
     claim_pending_candidates: str
     claim_lapsed_candidates: str
@@ -218,45 +199,52 @@ def statements_for(prefix: str) -> Statements:
     # A value compares as its bytes' length and SHA-256 (utf8mb4_bin is PAD SPACE, so `v = 'x '` would match
     # 'x'), so a swap sends its expected value as a digest and only the new value whole.
     same_value = "LENGTH(v) = %s AND SHA2(v, 256) = %s"
+    # Candidates travel as (seq, run_at, lapsed, priority).
     pending_read = (
-        f"SELECT seq, run_at, 0 FROM {jobs} FORCE INDEX (job_due) "
-        "WHERE status = 'pending' AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s"
+        f"SELECT seq, run_at, 0, priority FROM {jobs} FORCE INDEX (job_claim) "
+        "WHERE status = 'pending' AND priority = %s AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s"
     )
     lapsed_read = (
-        f"SELECT seq, run_at, 1 FROM {jobs} FORCE INDEX (job_due) "
-        "WHERE status = 'running' AND lease_until < %s ORDER BY run_at, seq LIMIT %s"
+        f"SELECT seq, run_at, 1, priority FROM {jobs} FORCE INDEX (job_claim) "
+        "WHERE status = 'running' AND lease_until < %s ORDER BY priority, run_at, seq LIMIT %s"
     )
     base = Statements(
         clock=f"SELECT {NOW_MS}",
         session_charset="SELECT @@character_set_client, @@character_set_connection, @@character_set_results",
         server_limits="SELECT @@max_allowed_packet, VERSION()",
         # -- jobs -------------------------------------------------------------------------------------------
-        insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
+        insert_job_values="(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending', %s, 0, %s, %s, '[]')",
         insert_jobs=(
             f"INSERT INTO {jobs} (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts, "
-            "missed, `key`, status, run_at, attempts, created_at, updated_at, history) VALUES "
+            "missed, `key`, priority, status, run_at, attempts, created_at, updated_at, history) VALUES "
         ),
         existing_job_ids=f"SELECT id FROM {jobs} WHERE id IN %s",
-        # Two index-ordered reads, one per status, each through `job_due`: the OR of both under one ORDER BY
-        # makes the server read and sort every due job. The pending read is O(limit): it starts at an offset, so
-        # claimers spread over the oldest jobs each take their own block (the server skips index entries
-        # cheaply; only the block crosses the wire). The lapsed read steps over every running row (their run_at
-        # orders them, not their lease), so a claim sends it only now and then (queue_core.py, LAPSED_READ_EVERY_MS);
-        # an index on lease_until would make it O(limit) but every heartbeat move an index entry (measured in
-        # bench/README.md). Only (seq, run_at) travel: full rows in a UNION ALL derived table once crashed
-        # MariaDB 10.11.
+        # Index-ordered reads through `job_claim` (status, priority, run_at): the OR of both statuses under one
+        # ORDER BY makes the server read and sort every due job. First the priorities that have due jobs: a loose
+        # index scan (one dive per priority, whatever the jobs), so a not-yet-due job of a lower priority is never
+        # walked. Then one pending read per such priority (UNION ALL, merged by the claim), each O(limit): the
+        # first starts at an offset, so claimers spread over the oldest jobs each take their own block (the
+        # server skips index entries cheaply; only the block crosses the wire). The lapsed read steps over every
+        # running row (their run_at orders them, not their lease), so a claim sends it only now and then
+        # (queue_core.py, LAPSED_READ_EVERY_MS); an index on lease_until would make it O(limit) but every
+        # heartbeat move an index entry (measured in bench/README.md). Only (seq, run_at, …) travel: full rows in
+        # a UNION ALL derived table once crashed MariaDB 10.11.
+        due_priorities=(
+            f"SELECT priority, MIN(run_at) FROM {jobs} FORCE INDEX (job_claim) "
+            "WHERE status = 'pending' AND run_at <= %s GROUP BY status, priority"
+        ),
         claim_pending_candidates=pending_read,
         claim_lapsed_candidates=lapsed_read,
         claim_candidates=f"({pending_read}) UNION ALL ({lapsed_read})",
         claim_pending=(
-            f"UPDATE {jobs} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
+            f"UPDATE {jobs} {BY_SEQ} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
             f"lease_until = %(lease_until)s, claimed_at = {NEXT_CLAIM}, updated_at = %(now)s "
             "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
         ),
         # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
         # that kills its worker every time cannot loop forever.
         claim_lapsed=(
-            f"UPDATE {jobs} SET "
+            f"UPDATE {jobs} {BY_SEQ} SET "
             "history = JSON_ARRAY_APPEND(history, '$', "
             + _attempt_json(
                 "'lost'",
@@ -273,7 +261,9 @@ def statements_for(prefix: str) -> Statements:
             "worker_id = IF(status = 'dead', worker_id, %(worker)s), "
             "lease_until = IF(status = 'dead', NULL, %(lease_until)s), "
             f"claimed_at = IF(status = 'dead', claimed_at, {NEXT_CLAIM}), "
-            "updated_at = %(now)s "
+            # The OK packet's insert id tells a takeover (2) from a death (1): a dead job is no claim won, and
+            # its slot goes to the next candidate (issue 18.5).
+            f"updated_at = IF(LAST_INSERT_ID(IF(status = 'dead', {TAKE_DIED}, {TAKE_WON})) > 0, %(now)s, %(now)s) "
             "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
         ),
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",
@@ -281,12 +271,14 @@ def statements_for(prefix: str) -> Statements:
         dead_by_loss=(
             f"SELECT id, space_id, action_id, attempts, max_attempts FROM {jobs} WHERE seq IN %s AND status = 'dead'"
         ),
-        renew_leases=(f"UPDATE {jobs} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"),
+        renew_leases=(
+            f"UPDATE {jobs} {BY_ID} SET lease_until = %s WHERE id IN %s AND worker_id = %s AND status = 'running'"
+        ),
         cancel_requested_ids=(
             f"SELECT id FROM {jobs} WHERE id IN %s AND worker_id = %s AND status = 'running' AND cancel_requested = 1"
         ),
         settle=(
-            f"UPDATE {jobs} SET "
+            f"UPDATE {jobs} {BY_ID} SET "
             "history = IF(%(has_attempt)s, JSON_ARRAY_APPEND(history, '$', "
             + _attempt_json("%(a_status)s", "%(a_worker)s", "%(a_run)s", "%(a_error)s", "%(now)s")
             + "), history), "
@@ -308,7 +300,7 @@ def statements_for(prefix: str) -> Statements:
         # instant, when given), so a row another claim took over, or one already settled, is left alone. One
         # statement per batch rather than per job.
         settle_succeeded=(
-            f"UPDATE {jobs} SET "
+            f"UPDATE {jobs} {BY_ID} SET "
             "history = JSON_ARRAY_APPEND(history, '$', "
             + _attempt_json("'succeeded'", "%(worker)s", "{run}", "NULL", "%(now)s")
             + "), "

@@ -243,7 +243,7 @@ class Actions:
         environment: str,
         trigger: str,
     ) -> JobInput:
-        """The one place a declaration becomes a job (its priority goes here once JobInput has one)."""
+        """The one place a declaration becomes a job: its max_attempts and priority come from the declaration."""
         return JobInput(
             id=id,
             space_id=space_id,
@@ -254,6 +254,7 @@ class Actions:
             due_at=due_at,
             max_attempts=declared.max_attempts,
             key=key,
+            priority=declared.priority,
         )
 
     # -- running jobs ----------------------------------------------------------------------------------------

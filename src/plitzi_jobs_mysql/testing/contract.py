@@ -28,6 +28,7 @@ from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
+from .priority_contract import ClaimOrderContract, PriorityContract
 from .schedule_contract import OperatorContract, ScheduleContract
 from .support import Advance, real_time_advance
 
@@ -37,6 +38,8 @@ __all__ = ["ClockStepContract", "JobQueueContract", "KvContract"]
 class JobQueueContract(
     EnqueueContract,
     LeaseContract,
+    PriorityContract,
+    ClaimOrderContract,
     ScheduleContract,
     OperatorContract,
     ActivityContract,

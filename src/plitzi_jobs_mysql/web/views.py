@@ -99,6 +99,7 @@ def job_detail(job: Job, now: int) -> JobDetail:
         ("trigger", job.trigger),
         ("key", job.key),
         ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", job.priority),
         ("missed fires", job.missed),
         ("due at", instant(job.due_at, now)),
         ("run at", instant(job.run_at, now)),

@@ -23,7 +23,7 @@ _PREFIX = re.compile(r"[A-Za-z0-9_]*")
 PREFIX_MAX_CHARS = 64 - len("action_schedules")
 
 #: The schema this release runs on. A new step in `upgrades.py` raises it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MARKER_TEXT = "plitzi_jobs_mysql schema "
 _MARKER = re.compile(re.escape(MARKER_TEXT) + r"(\d+)")
 _OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
@@ -112,7 +112,7 @@ def jobs_v1(name: str) -> str:
 ) {_OPTIONS} COMMENT='{marker(1)}'"""
 
 
-def schedules_v1(name: str) -> str:
+def schedules_v1(name: str, version: int = 1) -> str:
     return f"""CREATE TABLE IF NOT EXISTS `{name}` (
   `space_id` BIGINT NOT NULL,
   `action_id` VARBINARY(764) NOT NULL,
@@ -127,22 +127,46 @@ def schedules_v1(name: str) -> str:
   `last_fire_at` BIGINT NULL,
   PRIMARY KEY (`space_id`, `action_id`),
   KEY `schedule_due` (`enabled`, `next_run_at`)
-) {_OPTIONS} COMMENT='{marker(1)}'"""
+) {_OPTIONS} COMMENT='{marker(version)}'"""
 
 
-def kv_v1(name: str) -> str:
+def kv_v1(name: str, version: int = 1) -> str:
     return f"""CREATE TABLE IF NOT EXISTS `{name}` (
   `k` VARBINARY(764) NOT NULL,
   `v` LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
   `expires_at` BIGINT NULL,
   PRIMARY KEY (`k`),
   KEY `kv_expiry` (`expires_at`)
-) {_OPTIONS} COMMENT='{marker(1)}'"""
+) {_OPTIONS} COMMENT='{marker(version)}'"""
 
 
 # -- the current schema ---------------------------------------------------------------------------------------
 
-CURRENT_DDL = (jobs_v1, schedules_v1, kv_v1)  # jobs, schedules, kv
+#: What the priorities step adds to the jobs table (upgrades.py builds its ALTER from these, so the upgraded
+#: table and a fresh one are alike): the column after `key`, and the index a claim reads due jobs through, in
+#: claim order within each priority (`job_due` stays for the finished ranges, which are by status and run_at).
+PRIORITY_COLUMN = "`priority` TINYINT NOT NULL DEFAULT 0"
+CLAIM_INDEX = "`job_claim` (`status`, `priority`, `run_at`)"
+
+
+def jobs_current(name: str) -> str:
+    ddl = jobs_v1(name)
+    ddl = ddl.replace("  `key` VARBINARY(764) NULL,\n", f"  `key` VARBINARY(764) NULL,\n  {PRIORITY_COLUMN},\n")
+    ddl = ddl.replace(
+        "  KEY `job_due` (`status`, `run_at`),\n", f"  KEY `job_due` (`status`, `run_at`),\n  KEY {CLAIM_INDEX},\n"
+    )
+    return ddl.replace(f"COMMENT='{marker(1)}'", f"COMMENT='{marker(SCHEMA_VERSION)}'")
+
+
+def schedules_current(name: str) -> str:
+    return schedules_v1(name, SCHEMA_VERSION)
+
+
+def kv_current(name: str) -> str:
+    return kv_v1(name, SCHEMA_VERSION)
+
+
+CURRENT_DDL = (jobs_current, schedules_current, kv_current)  # jobs, schedules, kv
 
 _COLUMN = re.compile(r"^  `(\w+)` (\w+)", re.MULTILINE)
 

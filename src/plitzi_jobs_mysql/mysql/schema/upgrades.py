@@ -11,10 +11,11 @@ the moment it runs, and a false condition runs `DO 0` instead. Hence:
 The whole list runs under GET_LOCK on a name derived from the database and the prefix, and no guard is true
 unless this session holds it: two replicas migrating at once take turns, and the second finds nothing to do.
 
-Adding step 2 (say, a column on the jobs table): a `Step` whose statements are
-`_guarded(f"{_comment(t.jobs)} = '{marker(1)}'", "ALTER TABLE `…` ADD COLUMN …, COMMENT = '{marker(2)}'")` per
+Adding a step (say, a column on the jobs table; `_priorities_step` is one): a `Step` whose statements are
+`_guarded(f"{_comment(t.jobs)} = '{marker(n - 1)}'", "ALTER TABLE `…` ADD COLUMN …, COMMENT = '{marker(n)}'")` per
 table it changes (plus a COMMENT-only ALTER for the tables it leaves alone), appended to STEPS, and
-SCHEMA_VERSION = 2 in tables.py with the new CREATE TABLE there; step 1 keeps building version-1 tables.
+SCHEMA_VERSION = n in tables.py with the new CREATE TABLE there; step 1 keeps building version-1 tables. Build
+it from its version (a function of n, as `_priorities_step`), so renumbering it is one constant.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ from dataclasses import dataclass
 
 from ..statements import TERMINAL
 from .tables import (
+    CLAIM_INDEX,
+    CURRENT_LAYOUTS,
     MARKER_TEXT,
+    PRIORITY_COLUMN,
+    SCHEMA_VERSION,
     TS_LAYOUTS,
     V1_LAYOUTS,
     Tables,
@@ -169,10 +174,16 @@ def _convert(table: str, new: str, old: str, index: int) -> list[str]:
 
 
 def _stamp(table: str, index: int, version: int) -> list[str]:
-    """Records the version on a table that has its layout but no record (made before tables carried one)."""
+    """Records the version on a table that has its layout but no record (made before tables carried one); a
+    table with the current layout and no record (its COMMENT cleared) records the current version."""
     layout, comment = _layout(table), _comment(table)
-    unrecorded = f"{layout} = {_text(V1_LAYOUTS[index])} AND LOCATE({_text(MARKER_TEXT)}, {comment}) = 0"
-    return _guarded(unrecorded, f"ALTER TABLE `{table}` COMMENT = '{marker(version)}'")
+    statements: list[str] = []
+    for columns, recorded in ((V1_LAYOUTS[index], version), (CURRENT_LAYOUTS[index], SCHEMA_VERSION)):
+        if recorded != version and columns == V1_LAYOUTS[index]:
+            continue  # the layout did not change since version 1: stamped 1, and the steps take it on
+        unrecorded = f"{layout} = {_text(columns)} AND LOCATE({_text(MARKER_TEXT)}, {comment}) = 0"
+        statements += _guarded(unrecorded, f"ALTER TABLE `{table}` COMMENT = '{marker(recorded)}'")
+    return statements
 
 
 def _step_1(prefix: str) -> list[str]:
@@ -184,8 +195,51 @@ def _step_1(prefix: str) -> list[str]:
     return statements
 
 
+# -- the priorities step: `JobInput.priority` and the index claims read due jobs through ----------------------
+
+#: The schema version the priorities step brings the tables to (one place to renumber it).
+PRIORITIES_VERSION = 2
+
+
+def _priorities_step(version: int) -> Callable[[str], list[str]]:
+    """The step from `version - 1` to `version`: one ALTER of the jobs table (the column, the claim index and the
+    record at once, so a run that died half-way finds the table either before or after it) and a record-only
+    ALTER of the others."""
+    before, after = marker(version - 1), marker(version)
+
+    def statements(prefix: str) -> list[str]:
+        t = table_names(prefix)
+        jobs = (
+            f"ALTER TABLE `{t.jobs}` ADD COLUMN {PRIORITY_COLUMN} AFTER `key`, ADD KEY {CLAIM_INDEX}, "
+            f"COMMENT = '{after}'"
+        )
+        out = _guarded(f"{_comment(t.jobs)} = '{before}'", jobs)
+        for table in (t.schedules, t.kv):
+            out += _guarded(f"{_comment(table)} = '{before}'", f"ALTER TABLE `{table}` COMMENT = '{after}'")
+        return out
+
+    return statements
+
+
+def priorities_downgrade(prefix: str = "", version: int = PRIORITIES_VERSION) -> list[str]:
+    """The priorities step undone (an Alembic downgrade): the jobs' priorities are lost, nothing else."""
+    t = table_names(prefix)
+    before, after = marker(version), marker(version - 1)
+    jobs = f"ALTER TABLE `{t.jobs}` DROP KEY `job_claim`, DROP COLUMN `priority`, COMMENT = '{after}'"
+    statements = [f"SET @pjm_lock = {_lock_name(prefix)}", f"SET @pjm_locked = GET_LOCK(@pjm_lock, {LOCK_WAIT_S})"]
+    statements += _guarded(f"{_comment(t.jobs)} = '{before}'", jobs)
+    for table in (t.schedules, t.kv):
+        statements += _guarded(f"{_comment(table)} = '{before}'", f"ALTER TABLE `{table}` COMMENT = '{after}'")
+    return [*statements, "DO RELEASE_LOCK(@pjm_lock)"]
+
+
 STEPS: tuple[Step, ...] = (
     Step(1, "the TypeScript original's tables (@plitzi/sdk-server 0.37.2) copied into version-1 tables", _step_1),
+    Step(
+        PRIORITIES_VERSION,
+        "job priorities: the `priority` column and the `job_claim` index",
+        _priorities_step(PRIORITIES_VERSION),
+    ),
 )
 
 

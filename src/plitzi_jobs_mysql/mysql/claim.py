@@ -1,0 +1,250 @@
+"""The MySQL job queue's claim: candidates read in claim order, then taken by single-row compare-and-set."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pymysql
+
+from ..contract import validation as check
+from ..contract.events import Emitter, EventHook, dead_by_loss
+from ..contract.limits import limits_arg
+from ..records import LOST_ERROR, ActionLimit, Job
+from .claim_values import DIED, LOST, WON, Candidate
+from .limits import LimitedClaims, Plan
+from .queue_core import QueueCore, log
+from .rows import job_columns, job_from_columns
+from .session import Connection, as_text, is_conflict
+from .statements import TAKE_DIED
+
+# How many times one claim reads again because lapsed jobs it met died (each death is final, so this is rare).
+MAX_DEATH_REREADS = 4
+
+#: A job that dies inside a claim is seen by no worker, so the claim logs it.
+_emit = Emitter(None, log)
+
+# How wide claimers spread over the oldest due jobs. One claimer takes them strictly oldest first; a claimer that
+# loses compare-and-sets widens its window and tries it in its own random order, so many claimers stop fighting
+# over the same few rows. The spread relaxes again once claims stop colliding.
+MAX_SPREAD = 64
+# Compare-and-sets one claim keeps in flight at once, each on its own pooled connection.
+CAS_IN_FLIGHT = 8
+# Due priorities read in one statement (a UNION ALL of one index range each); more are read only when these
+# hold fewer jobs than the claim wants.
+PRIORITIES_PER_READ = 8
+
+
+def _candidate(row: Sequence[Any]) -> Candidate:
+    seq, run_at, lapsed, priority = row
+    return int(seq), int(run_at), int(lapsed), int(priority)
+
+
+def _claim_order(candidate: Candidate) -> tuple[int, int, int]:
+    seq, run_at, _lapsed, priority = candidate
+    return priority, run_at, seq
+
+
+class ClaimCalls(LimitedClaims, QueueCore):
+    """The claim half of `MysqlJobQueue` (its limits' hooks: limits.py)."""
+
+    async def claim(
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None,
+        on_limited: EventHook | None = None,
+    ) -> list[Job]:  # fmt: skip
+        check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
+        limited = limits_arg(limits)  # jobs over their limit are left out of the claim (mysql/limits.py)
+        plan = Plan(limits=limited, on_limited=on_limited) if limited else None
+        if limit == 0:
+            return []
+        now = self._clock.fresh()
+        if now is None:
+            now = await self._clock.now()
+        if now >= self._next_purge_at:
+            await self._purge_if_due(now)
+        return await self._claim(worker_id, lease_ms, limit, now, plan)
+
+    async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[Candidate]:
+        """Up to 2 × limit pending jobs (the first due priority's from `offset` on) and, when `_lapsed_read_due`,
+        up to `limit` lapsed leases, in claim order: priority, then oldest run_at."""
+        with_lapsed = self._lapsed_read_due(now, lease_ms)
+        sql = self._sql
+
+        async def read(conn: Connection) -> list[Candidate]:
+            rows = await conn.fetch(sql.due_priorities, (now,))
+            priorities = sorted(int(row[0]) for row in rows)
+            found: list[Candidate] = []
+            pending, skip = 0, offset
+            lapsed = with_lapsed
+            # A read per due priority until enough pending jobs are in hand: the first one alone (it usually
+            # holds them all), then a few to a statement.
+            size = 1
+            while (priorities and pending < 2 * limit) or lapsed:
+                chunk, priorities = priorities[:size], priorities[size:]
+                size = PRIORITIES_PER_READ
+                parts, args = [], []
+                for priority in chunk:
+                    parts.append(sql.claim_pending_candidates)
+                    args += [priority, now, skip, 2 * limit - pending]
+                    skip = 0
+                if lapsed:
+                    parts.append(sql.claim_lapsed_candidates)
+                    args += [now, limit]
+                    lapsed = False
+                statement = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({part})" for part in parts)
+                read = [_candidate(row) for row in await conn.fetch(statement, tuple(args))]
+                pending += sum(1 for c in read if not c[2])
+                found += read
+            return found
+
+        candidates = await self._store.run(read)
+        short = sum(1 for c in candidates if not c[2]) < 2 * limit
+        if short and not with_lapsed:
+            # The backlog ran out since the last claim: lapsed leases are what is left to take, so look now
+            # rather than at the next poll.
+            rows = await self._store.run(lambda conn: conn.fetch(sql.claim_lapsed_candidates, (now, limit)))
+            candidates += [_candidate(row) for row in rows]
+            with_lapsed = True
+        if with_lapsed:
+            self._lapsed_read_at = now
+        self._backlog_short = short
+        return sorted(candidates, key=_claim_order)
+
+    def _lapsed_read_due(self, now: int, lease_ms: int) -> bool:
+        if self._backlog_short or self._lapsed_read_at is None:
+            return True
+        every = min(self._lapsed_read_every_ms, lease_ms // 10)
+        # A clock that went back (an injected one, a failover to another primary) looks again too.
+        return not self._lapsed_read_at <= now < self._lapsed_read_at + every
+
+    def _cas_room(self) -> int:
+        """How many compare-and-sets to send side by side: no more than the pool can lend at once without
+        waiting, less one, so the settles of jobs already running are not queued behind a claim."""
+        pool = self._store.pool
+        try:
+            idle = int(pool.freesize) + int(pool.maxsize) - int(pool.size)
+        except (AttributeError, TypeError, ValueError):  # not an aiomysql pool: no way to tell
+            return CAS_IN_FLIGHT
+        return max(1, min(CAS_IN_FLIGHT, idle - 1))
+
+    async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> int:
+        """One compare-and-set on its own borrowed connection: WON when this claimer holds the job now, DIED when
+        the job was a lapsed one that died instead (past max_attempts), else LOST."""
+        flavour = self._store.flavour
+        if flavour.nowait_guard:
+            statement = self._sql.claim_lapsed_nowait if lapsed else self._sql.claim_pending_nowait
+        else:
+            statement = self._sql.claim_lapsed if lapsed else self._sql.claim_pending
+
+        async def take(conn: Connection) -> int:
+            at = self._won_at(now, started)
+            args = {"worker": worker_id, "lease_until": at + lease_ms, "now": at, "lost": LOST_ERROR, "seq": seq}
+            # A row another transaction holds fails at once (MariaDB's per-statement bound, MySQL's NOWAIT guard)
+            # rather than after the server's innodb_lock_wait_timeout: someone else has it, a lost race.
+            rows, told = await conn.write_returning_id(statement, args, prefix=flavour.claim_prefix)
+            if not rows:
+                return LOST
+            return DIED if lapsed and told == TAKE_DIED else WON
+
+        try:
+            return await self._store.run(take)
+        except pymysql.err.MySQLError as error:
+            if not is_conflict(error):
+                raise
+            return LOST  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
+
+    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int, plan: Plan | None) -> list[Job]:
+        # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
+        # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
+        offset = random.randrange(self._spread) * limit
+        candidates = await self._candidates(limit, now, offset, lease_ms)
+        if len(candidates) < limit and offset:
+            candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
+        candidates = await self._within_limits(candidates, limit, now, plan)
+        started = time.monotonic_ns()
+        won: list[int] = []
+        died: list[int] = []
+        lost = 0
+        failure: BaseException | None = None
+        rereads = 0
+        for attempt in range(2 + MAX_DEATH_REREADS):
+            dead_before = len(died)
+            # The compare-and-sets of one claim run side by side, each its own single-row statement on its own
+            # pooled connection (never two held at once, so a small pool cannot deadlock): a claim costs three
+            # round trips of wall time rather than one per job. Candidates lost to other claimers are replaced
+            # by the next ones, so no more than `limit` are ever won.
+            waiting = list(candidates)
+            # A death stops the round: the reads were cut at what `limit` needs, so what lies past them may
+            # not be next in order any more.
+            while waiting and len(won) < limit and failure is None and len(died) == dead_before:
+                batch = waiting[: min(limit - len(won), self._cas_room())]
+                del waiting[: len(batch)]
+                results = await asyncio.gather(
+                    *(
+                        self._take_within(plan, seq, lapsed, worker_id, lease_ms, now, started)
+                        for seq, _run_at, lapsed, _ in batch
+                    ),
+                    return_exceptions=True,
+                )
+                for (seq, *_), result in zip(batch, results, strict=True):
+                    if isinstance(result, BaseException):
+                        failure = failure or result
+                    elif result == WON:
+                        won.append(seq)
+                    elif result == DIED:
+                        died.append(seq)  # its slot goes to the next candidate
+                    else:
+                        lost += 1
+            if len(won) >= limit or failure is not None:
+                break
+            if len(died) > dead_before and rereads < MAX_DEATH_REREADS:
+                # Jobs that died freed their slots, and more jobs may be due behind them (the lapsed read took
+                # only `limit`): read again, as the memory queue's claim goes on down its order.
+                rereads += 1
+                candidates = await self._candidates(limit, now, 0, lease_ms)
+                candidates = await self._within_limits(candidates, limit, now, plan)
+                continue
+            # Every candidate lost to other claimers, but more were there: read once more rather than leave a
+            # worker idle for a whole poll while jobs wait.
+            if won or attempt > rereads or len(candidates) < 2 * limit:
+                break
+            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
+            candidates = await self._within_limits(candidates, limit, now, plan)
+        self._adapt_spread(lost)
+        if failure is not None:
+            if not won or not isinstance(failure, Exception):
+                raise failure
+            # The jobs already won are ours: raising would leave them running with nobody running them until their
+            # lease lapsed (a lost attempt each, and a lease of waiting). Hand those out.
+            log.warning("claim cut short after winning %d jobs: %s", len(won), failure)
+        rows = []
+        if won:
+            rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
+        await self._claimed(plan, rows)
+        returned = {int(c["seq"]) for c in map(job_columns, rows)}
+        # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
+        missing = died + [seq for seq in won if seq not in returned]
+        if missing:
+            dead = await self._store.run(lambda conn: conn.fetch(self._sql.dead_by_loss, (missing,)))
+            for id_, space_id, action_id, attempts, max_attempts in dead:
+                _emit(dead_by_loss(as_text(id_), int(space_id), as_text(action_id), int(attempts), int(max_attempts)))
+        claimed = sorted(map(job_columns, rows), key=lambda c: (c["priority"], c["run_at"], c["seq"]))
+        return [job_from_columns(c) for c in claimed]
+
+    def _won_at(self, now: int, started_ns: int) -> int:
+        """A lease counts from the moment its row is won, not from the claim's start: the clock's answer without
+        an await, else the claim's now advanced by the time the claim has taken so far. Never a new reading of
+        the server's clock, which would borrow a second connection in the middle of the claim."""
+        at = self._clock.fresh()
+        return now + (time.monotonic_ns() - started_ns) // 1_000_000 if at is None else at
+
+    def _adapt_spread(self, lost: int) -> None:
+        # Widen quickly when claims collide, narrow one step at a time when they stop: halving made the window
+        # oscillate, and a window just as wide as the claimers' combined demand runs dry.
+        if lost:
+            self._spread = min(MAX_SPREAD, self._spread * 2)
+        elif self._spread > 1:
+            self._spread -= 1
