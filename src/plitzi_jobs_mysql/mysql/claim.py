@@ -204,6 +204,8 @@ class ClaimCalls(LimitedClaims, QueueCore):
                 # Jobs that died freed their slots, and more jobs may be due behind them (the lapsed read took
                 # only `limit`): read again, as the memory queue's claim goes on down its order.
                 rereads += 1
+                if plan is not None:
+                    plan.refused.clear()  # a death gave its limit slot back: groups refused before may fit now
                 candidates = await self._candidates(limit, now, 0, lease_ms)
                 candidates = await self._within_limits(candidates, limit, now, plan)
                 continue

@@ -151,3 +151,26 @@ class LimitsContract:
         await queue.enqueue(job("b0", action_id="slow", key="b", due_at=now - 1_000))
         per_key = {"slow": ActionLimit(concurrency=1, by_key=True)}
         assert await _claim(queue, "w1", 2, per_key) == ["b0", "n0"], "jobs without a key are one group, 'b' another"
+
+    async def test_past_a_saturated_action_claims_go_by_priority(self, queue: JobQueue) -> None:
+        now = await now_ms(queue)
+        await queue.enqueue_many(
+            [job(f"s{n}", action_id="slow", priority=-10, due_at=now - 10_000 + n) for n in range(5)]
+        )
+        await queue.enqueue(job("late", action_id="other", priority=10, due_at=now - 9_000))
+        await queue.enqueue(job("first", action_id="other", priority=0, due_at=now - 1_000))
+        assert await _claim(queue, "w1", 2, SLOW) == ["s0", "s1"]
+        # Every slow job is due before the others and refused: the claim reads past them, still by priority.
+        assert await _claim(queue, "w1", 1, SLOW) == ["first"]
+        assert await _claim(queue, "w1", 1, SLOW) == ["late"]
+
+    async def test_a_job_dying_on_takeover_spends_no_slot(self, queue: JobQueue, advance: Advance) -> None:
+        now = await now_ms(queue)
+        await queue.enqueue(job("d", action_id="slow", max_attempts=1, due_at=now - 10_000))
+        await queue.enqueue_many([job(f"s{n}", action_id="slow", due_at=now - 5_000 + n) for n in range(3)])
+        assert await _claim(queue, "dead", 1, SLOW, lease_ms=100) == ["d"]
+        await advance(101)
+        assert await _claim(queue, "w2", 10, SLOW) == ["s0", "s1"], "d died on takeover: both slots still run jobs"
+        died = await queue.get_job([1], "d")
+        assert died is not None and died.status == "dead"
+        assert await _claim(queue, "w3", 10, SLOW) == []
