@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-history bench-dashboard bench-txn soak differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-history bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -45,11 +45,17 @@ bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/priorities.py
 	$(PY) bench/history.py --sizes 1000,110000
+	$(PY) bench/limits.py
 
 ## Claims with priorities (issue 20.2): claim cost at 100,000 due jobs over 5 priorities vs 1,000, and a drain with
 ## mixed priorities vs one (bench/priorities.py; PLITZI_MYSQL_URL, else a throwaway server).
 bench-claims: setup
 	$(PY) bench/priorities.py
+
+## Fleet-wide limits (issue 21.4): their cost on a drain, claims beside a saturated action, utilisation; ratios.
+bench-limits: setup
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) bench/limits.py
 
 bench-quick: setup
 	$(PY) -m pip install -q -e '.[bench]'
@@ -76,6 +82,11 @@ FAULT ?=
 JOBS ?=
 soak: setup
 	$(PY) -m tests.harness.soak --seconds $(SECONDS) $(if $(FAULT),--fault $(FAULT)) $(if $(JOBS),--jobs $(JOBS))
+
+## Fleet-wide limits across 4 replica processes x 8 handlers, SIGKILLs included (issue 21.3): make soak-limits
+## [JOBS=5000] jobs of a limited action beside as many of an unlimited one (`make test` runs 240)
+soak-limits: setup
+	PLITZI_LIMITS_JOBS=$(or $(JOBS),5000) $(PY) -m pytest -q -s tests/faults/test_limits_fleet.py
 
 ## The memory stores and the MySQL stores driven by one random sequence of operations each, every answer and the
 ## state compared: make differential [SEEDS=50] [OPS=1000] (about 6 minutes; `make test` runs 3 seeds of 300);

@@ -28,6 +28,7 @@ Flags (defaults in brackets):
     --max-attempts N          attempts a scheduled job gets [3]
     --pool-size N             connections in the pool [workers + 4]
     --log-level LEVEL         [INFO]
+    --limit ACTION=C,R,P      a fleet-wide `ActionLimit` (concurrency C, rate R per P ms; leave any out); repeatable
 
 The ``ledger`` handler writes one row per run into ``{prefix}ledger`` (created by every replica if missing,
 see `LEDGER_DDL`): ``id, job_id, space_id, action_id, trigger, attempt, worker_id, pid, started_at, ended_at,
@@ -71,7 +72,7 @@ from plitzi_jobs_mysql.assembly.signals import close_on_signals
 from plitzi_jobs_mysql.mysql.kv import create_mysql_kv
 from plitzi_jobs_mysql.mysql.queue import MysqlJobQueue
 from plitzi_jobs_mysql.mysql.schema.state import check_prefix
-from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.records import ActionLimit, Job, JobInput
 from plitzi_jobs_mysql.runtime.schedules import ActionEntry, ScheduleTrigger
 from plitzi_jobs_mysql.runtime.worker import JobHandler, PermanentFailure, RetryLater
 from plitzi_jobs_mysql.url import parse_mysql_url
@@ -220,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-attempts", type=int, default=3)
     parser.add_argument("--pool-size", type=int, default=None)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--limit", action="append", default=[], metavar="ACTION=C,R,P")
     return parser
 
 
@@ -248,6 +250,9 @@ def replica_command(url: str, **options: Any) -> list[str]:
             items = value.items() if isinstance(value, dict) else (entry.split("=", 1) for entry in value)
             for action_id, cron in items:
                 command += [flag, f"{action_id}={cron}"]
+        elif name == "limit":
+            for entry in [value] if isinstance(value, str) else value:
+                command += [flag, entry]
         elif name == "spaces" and not isinstance(value, str):
             command += [flag, ",".join(str(space) for space in value)]
         else:
@@ -377,6 +382,16 @@ async def _noop(job: Job) -> str | None:
     return None
 
 
+def _limits(entries: Sequence[str]) -> dict[str, ActionLimit]:
+    limits = {}
+    for entry in entries:
+        action_id, _sep, spec = entry.partition("=")
+        concurrency, rate, per_ms = ([*spec.split(","), "", ""])[:3]
+        limits[action_id] = ActionLimit(concurrency=int(concurrency) if concurrency else None,
+                                        rate=int(rate) if rate else None, per_ms=int(per_ms or 1000))  # fmt: skip
+    return limits
+
+
 async def _run(args: argparse.Namespace) -> None:
     import aiomysql
 
@@ -417,6 +432,7 @@ async def _run(args: argparse.Namespace) -> None:
         max_attempts=args.max_attempts,
         spaces=spaces or None,
         worker_id=worker_id,
+        limits=_limits(args.limit) or None,
     )
 
     async def after_close() -> None:

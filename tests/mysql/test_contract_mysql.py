@@ -22,6 +22,7 @@ from plitzi_jobs_mysql import JobQueue, KvStore, create_mysql_job_queue, create_
 from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import ClockStepContract, JobQueueContract, KvContract
 from plitzi_jobs_mysql.testing.bulk_contract import Transaction
+from plitzi_jobs_mysql.testing.limits_contract import LimitsContract
 from plitzi_jobs_mysql.testing.support import Advance, real_time_advance
 
 from ..conftest import empty_tables, open_pool
@@ -54,7 +55,7 @@ async def mysql_pool(request: pytest.FixtureRequest, session_db: str) -> AsyncIt
         await pool.wait_closed()
 
 
-class TestMysqlJobQueue(JobQueueContract, ClockStepContract):
+class TestMysqlJobQueue(JobQueueContract, ClockStepContract, LimitsContract):
     @pytest.fixture
     def clock(self, mysql_pool: tuple[Any, str, str]) -> Clock | None:
         return None if mysql_pool[2] in SERVER_CLOCK_POOLS else Clock(wall_clock_ms())

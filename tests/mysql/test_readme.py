@@ -187,3 +187,10 @@ async def test_the_outbox_example_commits_the_order_and_its_job_together(databas
     assert found.run_id == "confirmed" and [a.status for a in found.history] == ["succeeded"]
     assert sql(database_url, "SELECT id, confirmed FROM orders") == [(7, 1)]
     assert [row[0] for row in sql(database_url, "SELECT id FROM action_jobs")] in (["confirm:7"], [b"confirm:7"])
+
+
+def test_the_limits_example_holds_its_limit() -> None:
+    (block,) = [b for b in python_blocks() if "LIMITS = {" in b]
+    result = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["most exports at once: 3"]

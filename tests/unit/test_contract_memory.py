@@ -9,12 +9,13 @@ import pytest
 from plitzi_jobs_mysql import JobQueue, KvStore, create_memory_job_queue, create_memory_kv
 from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.testing import ClockStepContract, JobQueueContract, KvContract
+from plitzi_jobs_mysql.testing.limits_contract import LimitsContract
 from plitzi_jobs_mysql.testing.support import Advance
 
 from ..support import Clock
 
 
-class TestMemoryJobQueue(JobQueueContract, ClockStepContract):
+class TestMemoryJobQueue(JobQueueContract, ClockStepContract, LimitsContract):
     @pytest.fixture
     def clock(self) -> Clock:
         return Clock(wall_clock_ms())

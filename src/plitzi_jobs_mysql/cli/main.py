@@ -11,6 +11,7 @@
     plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
     plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
                                                              due job's age, lapsed leases
+    plitzi-jobs-mysql limits [--space N]                     fleet-wide limits: running / concurrency, starts / rate
     plitzi-jobs-mysql dashboard [--host 127.0.0.1] [--port 8787] [--read-only] [--token-env NAME] [--space N]
                                                              the operators' dashboard in the browser (web extra)
     plitzi-jobs-mysql --version
@@ -59,6 +60,7 @@ from .bulk import add_parsers as add_bulk_parsers
 from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, run_queue, table_prefix
 from .dashboard import add_parser as add_dashboard_parser
 from .jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
+from .limits import add_parser as add_limits_parser
 from .output import print_json, scope, table, when
 
 __all__ = ["main"]
@@ -323,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.set_defaults(func=cmd_stats)
     add_dashboard_parser(commands, conn, _space_id)
+    add_limits_parser(commands, [common], _space_id)
     return parser
 
 

@@ -23,6 +23,8 @@ The kinds, in the order a job meets them (besides `job_id`, `space_id` and `acti
   started).
 - `fired`: the scheduler enqueued a schedule's fire as a job. `fire_at`.
 - `missed`: a sweep moved a schedule past fires that went by unrun. `fire_at`, `count`.
+- `limited`: a claim of a worker given `limits` left this due job waiting: its action is at its fleet-wide
+  concurrency or rate limit (`message` says which). At most one a second per action and worker.
 
 Every run that started ends in exactly one of `succeeded`, `retried`, `dead` or `cancelled`.
 """
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from ..records import LOST_ERROR, Job
+from ..records import LOST_ERROR, ActionLimit, Job
 from . import readable
 
 
@@ -51,6 +53,7 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     FIRED = "fired"
     MISSED = "missed"
+    LIMITED = "limited"
 
 
 #: The kinds that end a run this worker started.
@@ -93,6 +96,7 @@ LEVELS: Final = {
     EventKind.CANCELLED: logging.INFO,
     EventKind.FIRED: logging.INFO,
     EventKind.MISSED: logging.WARNING,
+    EventKind.LIMITED: logging.INFO,
 }
 
 
@@ -129,6 +133,8 @@ def describe(event: JobEvent) -> str:
         return f"{job} was lost by worker {event.worker_id}, which stopped reporting; taken over"
     if kind is EventKind.CANCELLED:
         return f"{job} cancelled{took}: {event.message}"
+    if kind is EventKind.LIMITED:
+        return f"{job} is due but waits: its action is at its {event.message}"
     if kind is EventKind.FIRED:
         return (
             f"schedule of space {event.space_id}, action {event.action_id!r} fired at {_at(event.fire_at)}: "
@@ -138,6 +144,19 @@ def describe(event: JobEvent) -> str:
         f"schedule of space {event.space_id}, action {event.action_id!r} missed {event.count} fire(s) before "
         f"{_at(event.fire_at)}: nothing swept it while they were due; one job ({event.job_id!r}) runs for them"
     )
+
+
+def limited(job_id: str, space_id: int, action_id: str, message: str) -> JobEvent:
+    """A claim left a due job waiting because its action's fleet-wide limit (`message`) was reached."""
+    return JobEvent(kind=EventKind.LIMITED, job_id=job_id, space_id=space_id, action_id=action_id, message=message)
+
+
+def limit_reached(limit: ActionLimit, concurrency_full: bool, key: str | None) -> str:
+    """The `message` of a `limited` event."""
+    per = f" for key {key!r}" if limit.by_key else ""
+    if concurrency_full:
+        return f"concurrency limit{per} ({limit.concurrency} running at once)"
+    return f"rate limit{per} ({limit.rate} starts per {limit.per_ms} ms)"
 
 
 def dead_by_loss(job_id: str, space_id: int, action_id: str, attempts: int, max_attempts: int) -> JobEvent:

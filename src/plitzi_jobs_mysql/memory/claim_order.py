@@ -79,6 +79,10 @@ class ClaimOrder:
             return row, version
         return None
 
+    def put_back_due(self, row: Row, version: int) -> None:
+        """A job popped by `pop_due` but not taken (over its limit): due as it was, for a later claim."""
+        heapq.heappush(self.due, (row.job.priority, row.job.run_at, row.seq, version, row))
+
     def push_back(self, row: Row, version: int) -> None:
         job = row.job
         if job.status == "pending":

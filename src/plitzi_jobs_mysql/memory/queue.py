@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -14,28 +14,30 @@ from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
 from ..contract.cursor import decode_after
-from ..contract.events import Emitter, dead_by_loss
+from ..contract.events import Emitter, EventHook, dead_by_loss
+from ..contract.events import limited as limited_event
+from ..contract.limits import LimitUsage, limits_arg
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import LOCAL_WAKEUPS, WakeupChannel
 from ..records import (
     LOST_ERROR,
     TERMINAL_STATUSES,
+    ActionLimit,
     Attempt,
     AttemptOutcome,
-    FinishedCount,
     Job,
     JobInput,
     JobPage,
-    JobStatus,
-    QueueStats,
     Schedule,
     ScheduleInput,
     SucceededJob,
 )
 from .claim_order import ClaimOrder
 from .claim_order import Row as _Row
+from .limits import MemoryLimits
 from .listing import list_page
 from .operator_calls import MemoryOperatorCalls, no_connection
+from .operator_reads import MemoryOperatorReads
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
 
@@ -45,7 +47,7 @@ _emit = Emitter(None, log)
 
 
 @dataclass
-class MemoryJobQueue(MemoryOperatorCalls):
+class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
     """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
 
     retain_finished: int
@@ -56,6 +58,7 @@ class MemoryJobQueue(MemoryOperatorCalls):
     _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
     # Claims read heaps rather than sorting every job (claim_order.py).
     _order: ClaimOrder = field(default_factory=ClaimOrder)
+    _limits: MemoryLimits = field(default_factory=MemoryLimits)
     #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
     wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
     wakeup_topic: str = ""
@@ -149,8 +152,12 @@ class MemoryJobQueue(MemoryOperatorCalls):
             self.wakeups.notify(self.wakeup_topic)
         return answers
 
-    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
+    async def claim(
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None,
+        on_limited: EventHook | None = None,
+    ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
+        limited, refused = limits_arg(limits), list[tuple[_Row, int]]()
         at = self._now()
         # Lapsed leases join the due pending jobs, taken by priority, then oldest run_at.
         self._order.ripen(at, self._current)
@@ -159,8 +166,13 @@ class MemoryJobQueue(MemoryOperatorCalls):
             found = self._order.pop_due(at, self._current)
             if found is None:
                 break
-            row, _version = found
+            row, version = found
             job = row.job
+            if limited and (waits := self._limits.refuses(job, limited, at, self._holds)):
+                refused.append((row, version))  # over its limit: waits as it was, for a later claim
+                if on_limited is not None:
+                    on_limited(limited_event(job.id, job.space_id, job.action_id, waits))
+                continue
             if job.status == "running":
                 lost = Attempt(
                     attempt=len(job.history) + 1,
@@ -194,9 +206,20 @@ class MemoryJobQueue(MemoryOperatorCalls):
                 # Always after the job's previous claim, so two claims never share an instant (see `settle`).
                 claimed_at=at if job.claimed_at is None else max(at, job.claimed_at + 1),
             )
+            self._limits.started(row.job, limited, at)
             taken.append(self._snapshot(row))
+        for row, version in refused:
+            self._order.put_back_due(row, version)
         self._evict()
         return taken
+
+    async def limit_usage(self, *, space_ids: Sequence[int] | None = None) -> list[LimitUsage]:
+        return self._limits.usage(check.space_ids_or_all(space_ids), self._now(), self._holds)
+
+    def _holds(self, job_id: str, worker_id: str, claimed_at: int, at: int) -> bool:
+        job = row.job if (row := self._jobs.get(job_id)) else None
+        live = job is not None and job.status == "running" and (job.lease_until or 0) >= at
+        return live and job.worker_id == worker_id and job.claimed_at == claimed_at  # type: ignore[union-attr]
 
     async def heartbeat(self, *, job_ids: Sequence[str], worker_id: str, lease_ms: int) -> list[str]:
         ids = check.heartbeat_args(job_ids=job_ids, worker_id=worker_id, lease_ms=lease_ms)
@@ -300,38 +323,6 @@ class MemoryJobQueue(MemoryOperatorCalls):
         found = list_page(self._jobs.values(), spaces, action_id, status, decode_after(after, offset), offset, limit)
         shown, total, token = found
         return JobPage(jobs=[self._snapshot(r) for r in shown], total=total, next_after=token)
-
-    async def stats(self, *, space_ids: Sequence[int] | None = None) -> QueueStats:
-        spaces = check.space_ids_or_all(space_ids)
-        now = self._now()
-        jobs = [r.job for r in self._jobs.values() if spaces is None or r.job.space_id in spaces]
-        groups = []
-        for job in jobs:
-            due = job.status == JobStatus.PENDING and job.run_at <= now
-            lapsed = job.status == JobStatus.RUNNING and job.lease_until is not None and job.lease_until < now
-            groups.append(
-                (job.space_id, job.action_id, job.status, 1, int(due), job.run_at if due else None, int(lapsed))
-            )
-        return QueueStats.from_groups(now, groups)
-
-    async def finished_counts(
-        self, *, space_ids: Sequence[int] | None, since: int, until: int, bucket_ms: int = 3_600_000
-    ) -> list[FinishedCount]:
-        spaces = check.finished_counts_args(space_ids, since, until, bucket_ms)
-        counts: dict[tuple[int, int, str, str], int] = {}
-        for row in self._jobs.values():
-            job = row.job  # a finished job's run_at is the instant it finished
-            if (
-                job.status in TERMINAL_STATUSES
-                and since <= job.run_at < until
-                and (spaces is None or job.space_id in spaces)
-            ):
-                group = (job.run_at // bucket_ms * bucket_ms, job.space_id, job.action_id, job.status)
-                counts[group] = counts.get(group, 0) + 1
-        return [
-            FinishedCount(space_id=space, action_id=action, status=status, bucket_at=at, count=count)
-            for (at, space, action, status), count in sorted(counts.items())
-        ]
 
     async def get_job(self, space_ids: Sequence[int], job_id: str) -> Job | None:
         spaces = check.scoped_job(space_ids, job_id)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pymysql
 
 from ..contract import validation as check
-from ..contract.events import Emitter, dead_by_loss
-from ..records import LOST_ERROR, Job
+from ..contract.events import Emitter, EventHook, dead_by_loss
+from ..contract.limits import limits_arg
+from ..records import LOST_ERROR, ActionLimit, Job
+from .claim_values import DIED, LOST, WON, Candidate
+from .limits import LimitedClaims, Plan
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
 from .session import Connection, as_text, is_conflict
@@ -20,8 +23,6 @@ from .statements import TAKE_WON
 
 # How many times one claim reads again because lapsed jobs it met died (each death is final, so this is rare).
 MAX_DEATH_REREADS = 4
-# What one compare-and-set of a claim came to.
-LOST, WON, DIED = 0, 1, 2
 
 #: A job that dies inside a claim is seen by no worker, so the claim logs it.
 _emit = Emitter(None, log)
@@ -36,9 +37,6 @@ CAS_IN_FLIGHT = 8
 # hold fewer jobs than the claim wants.
 PRIORITIES_PER_READ = 8
 
-#: A claim's candidate: (seq, run_at, lapsed 0/1, priority).
-Candidate = tuple[int, int, int, int]
-
 
 def _candidate(row: Sequence[Any]) -> Candidate:
     seq, run_at, lapsed, priority = row
@@ -50,11 +48,16 @@ def _claim_order(candidate: Candidate) -> tuple[int, int, int]:
     return priority, run_at, seq
 
 
-class ClaimCalls(QueueCore):
-    """The claim half of `MysqlJobQueue`."""
+class ClaimCalls(LimitedClaims, QueueCore):
+    """The claim half of `MysqlJobQueue` (its limits' hooks: limits.py)."""
 
-    async def claim(self, *, worker_id: str, lease_ms: int, limit: int) -> list[Job]:
+    async def claim(
+        self, *, worker_id: str, lease_ms: int, limit: int, limits: Mapping[str, ActionLimit] | None = None,
+        on_limited: EventHook | None = None,
+    ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
+        limited = limits_arg(limits)  # jobs over their limit are left out of the claim (mysql/limits.py)
+        plan = Plan(limits=limited, on_limited=on_limited) if limited else None
         if limit == 0:
             return []
         now = self._clock.fresh()
@@ -62,7 +65,7 @@ class ClaimCalls(QueueCore):
             now = await self._clock.now()
         if now >= self._next_purge_at:
             await self._purge_if_due(now)
-        return await self._claim(worker_id, lease_ms, limit, now)
+        return await self._claim(worker_id, lease_ms, limit, now, plan)
 
     async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[Candidate]:
         """Up to 2 × limit pending jobs (the first due priority's from `offset` on) and, when `_lapsed_read_due`,
@@ -158,13 +161,14 @@ class ClaimCalls(QueueCore):
                 raise
             return LOST  # on Galera a conflicting write loses at COMMIT: a lost race, never a win
 
-    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int) -> list[Job]:
+    async def _claim(self, worker_id: str, lease_ms: int, limit: int, now: int, plan: Plan | None) -> list[Job]:
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
         candidates = await self._candidates(limit, now, offset, lease_ms)
         if len(candidates) < limit and offset:
             candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
+        candidates = await self._within_limits(candidates, limit, now, plan)
         started = time.monotonic_ns()
         won: list[int] = []
         died: list[int] = []
@@ -184,7 +188,10 @@ class ClaimCalls(QueueCore):
                 batch = waiting[: min(limit - len(won), self._cas_room())]
                 del waiting[: len(batch)]
                 results = await asyncio.gather(
-                    *(self._take(seq, lapsed, worker_id, lease_ms, now, started) for seq, _run_at, lapsed, _ in batch),
+                    *(
+                        self._take_within(plan, seq, lapsed, worker_id, lease_ms, now, started)
+                        for seq, _run_at, lapsed, _ in batch
+                    ),
                     return_exceptions=True,
                 )
                 for (seq, *_), result in zip(batch, results, strict=True):
@@ -202,13 +209,17 @@ class ClaimCalls(QueueCore):
                 # Jobs that died freed their slots, and more jobs may be due behind them (the lapsed read took
                 # only `limit`): read again, as the memory queue's claim goes on down its order.
                 rereads += 1
+                if plan is not None:
+                    plan.refused.clear()  # a death gave its limit slot back: groups refused before may fit now
                 candidates = await self._candidates(limit, now, 0, lease_ms)
+                candidates = await self._within_limits(candidates, limit, now, plan)
                 continue
             # Every candidate lost to other claimers, but more were there: read once more rather than leave a
             # worker idle for a whole poll while jobs wait.
             if won or attempt > rereads or len(candidates) < 2 * limit:
                 break
             candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
+            candidates = await self._within_limits(candidates, limit, now, plan)
         self._adapt_spread(lost)
         if failure is not None:
             if not won or not isinstance(failure, Exception):
@@ -219,6 +230,7 @@ class ClaimCalls(QueueCore):
         rows = []
         if won:
             rows = await self._store.run(lambda conn: conn.fetch(self._sql.claimed_jobs, (won, worker_id)))
+        await self._claimed(plan, rows)
         returned = {int(c["seq"]) for c in map(job_columns, rows)}
         # A lapsed job past max_attempts became dead rather than ours: only our running rows come back.
         missing = died + [seq for seq in won if seq not in returned]

@@ -219,6 +219,7 @@ class MysqlJobQueue(ClaimCalls, CallerCalls, BulkCalls, ScheduleCalls, OperatorC
         }
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
+        await self._settled([call.job_id])  # the slot its claim took, if any
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
@@ -245,6 +246,7 @@ class MysqlJobQueue(ClaimCalls, CallerCalls, BulkCalls, ScheduleCalls, OperatorC
         claim = f" AND claimed_at <=> (CASE id {''.join(claims)}ELSE claimed_at END)" if claims else ""
         sql = self._sql.settle_succeeded.format(run=run, claim=claim)
         await self._store.retrying(lambda conn: conn.write(sql, args))
+        await self._settled([item.job_id for item in items])
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which leases may be waiting on
 

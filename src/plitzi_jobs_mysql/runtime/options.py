@@ -6,12 +6,14 @@ API.md fixes); the assembly passes what it was given through unchanged, so no de
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, cast
 
 from ..contract import validation as check
 from ..contract.events import EventHook
+from ..contract.limits import limits_arg
+from ..records import ActionLimit
 from .schedules import DEFAULT_MAX_ATTEMPTS
 
 __all__ = [
@@ -48,6 +50,7 @@ class WorkerOptions(TypedDict, total=False):
     worker_id: str | None
     on_error: ErrorHandler | None
     on_event: EventHook | None
+    limits: Mapping[str, ActionLimit] | None
 
 
 class ActionJobsOptions(WorkerOptions, total=False):
@@ -98,8 +101,11 @@ class WorkerSettings:
     on_error: ErrorHandler | None = None
     #: Called with a `JobEvent` for each happening of a job (see `plitzi_jobs_mysql.contract.events`).
     on_event: EventHook | None = None
+    #: Fleet-wide limits by action_id, which the store enforces at every claim (contract/limits.py).
+    limits: Mapping[str, ActionLimit] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "limits", limits_arg(self.limits) or None)
         check.integer("workers", self.workers, 0, check.MAX_LIMIT)
         check.duration_ms("poll_ms", self.poll_ms)
         check.integer("lease_ms", self.lease_ms, 3, check.MAX_DURATION_MS)

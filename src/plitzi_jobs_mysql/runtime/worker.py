@@ -16,9 +16,9 @@ import contextlib
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
-from typing import Any, Final, Unpack
+from typing import Any, Final, Unpack, cast
 
 from ..contract import validation as check
 from ..contract.capabilities import AnnouncesDueJobs
@@ -31,6 +31,7 @@ from .execution import HANDBACK_DELAY_MS as HANDBACK_DELAY_MS  # re-exported: it
 from .execution import Collaborators, Execution, Stage
 from .halt import Halt
 from .handler import JobHandler, PermanentFailure, RetryLater
+from .limits import LimitedEvents, limits_for
 from .options import WorkerOptions, WorkerSettings
 from .retry import RetryPolicy
 from .single_flight import SingleFlight
@@ -71,7 +72,8 @@ class JobWorker:
         settings = WorkerSettings(**options)
         if settings.worker_id is None:
             settings = replace(settings, worker_id=_default_worker_id())
-        self.settings = settings
+        self.settings = settings = limits_for(settings, handler, queue)
+        self._limited = LimitedEvents(Emitter(settings.on_event, logger))
         self.queue = queue
         self.kv = kv
         self.on_error = settings.on_error or log_error
@@ -196,7 +198,7 @@ class JobWorker:
             # won rows leaves those to their lease.
             claimed = await bounded(
                 "a claim",
-                self.queue.claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit),
+                self._claim_call(limit),
                 max(settings.lease_ms / 1000, MIN_CALL_BOUND_S),
             )
         finally:
@@ -204,6 +206,16 @@ class JobWorker:
             self._claims_in_flight -= 1
             self._changed.set()
         return claimed
+
+    def _claim_call(self, limit: int) -> Coroutine[Any, Any, list[Job]]:
+        settings = self.settings
+        if not settings.limits:
+            return self.queue.claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit)
+        # The store enforces the limits (contract/limits.py): `limits` is beyond the `JobQueue` protocol.
+        claim: Any = self.queue.claim
+        call = claim(worker_id=self.worker_id, lease_ms=settings.lease_ms, limit=limit, limits=settings.limits,
+                     on_limited=self._limited)  # fmt: skip
+        return cast(Coroutine[Any, Any, list[Job]], call)
 
     def _hold(self, claimed: list[Job]) -> list[Execution]:
         """Each claimed job held from here on, so the heartbeat renews it whatever happens next: a new execution

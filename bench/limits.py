@@ -1,0 +1,188 @@
+"""Fleet-wide limits (issue 21.4), measured side by side in one run on one server, reported as ratios:
+
+1. drain: one `create_job_worker(workers=16)` draining no-op jobs, without limits, with a limit on the drained
+   action that never binds (concurrency 10,000), and with a limit on another action only;
+2. claims beside a saturated action: `claim(limit=10)` of an unlimited action while older jobs of a limited
+   action wait with every slot taken, vs the same claims with no limited backlog at all;
+3. utilisation: a binding concurrency limit of 4, handlers of 20 and of 100 ms, two workers (two queues, as two
+   replicas): the time 4 slots busy all along would take / the time taken.
+
+    python bench/limits.py [--quick] [--reps N]      (make bench-limits; PLITZI_MYSQL_URL or a throwaway server)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import aiomysql
+import pymysql
+
+from plitzi_jobs_mysql import ActionLimit, create_job_worker, create_mysql_job_queue
+from plitzi_jobs_mysql.mysql.schema.state import table_names
+from plitzi_jobs_mysql.records import Job, JobInput
+from plitzi_jobs_mysql.url import parse_mysql_url
+
+RIVER = "River (riverqueue/river#1145): a global concurrency limit of 40 halved throughput (ratio 0.50)"
+T = table_names("")
+
+
+@contextlib.contextmanager
+def server() -> Iterator[str]:
+    import os
+
+    env = os.environ.get("PLITZI_MYSQL_URL", "").strip()
+    if env:
+        yield env
+        return
+    from plitzi_jobs_mysql.testing.server import mysql_server_url
+
+    with mysql_server_url() as url:
+        yield url
+
+
+def jobs(action_id: str, count: int, tag: str, due_at: int = 0) -> list[JobInput]:
+    return [JobInput(id=f"{tag}-{action_id}-{n}", space_id=1, action_id=action_id, environment="main",
+                     trigger="bench", input={}, due_at=due_at + n, max_attempts=3) for n in range(count)]  # fmt: skip
+
+
+def empty(admin: Any) -> None:
+    with admin.cursor() as cur:
+        cur.execute(f"TRUNCATE TABLE `{T.jobs}`")
+        cur.execute(f"TRUNCATE TABLE `{T.kv}`")
+
+
+async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | None) -> float:
+    empty(admin)
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue_many(jobs("drained", n, secrets.token_hex(3)))
+    done = asyncio.Event()
+    seen = 0
+
+    async def handler(job: Job) -> None:
+        nonlocal seen
+        seen += 1
+        if seen >= n:
+            done.set()
+
+    worker = create_job_worker(queue=queue, handler=handler, workers=16, limits=limits)
+    started = time.perf_counter()
+    worker.start()
+    try:
+        await asyncio.wait_for(done.wait(), 300)
+    finally:
+        await worker.stop()
+    return n / (time.perf_counter() - started)
+
+
+async def claims_beside(pool: Any, admin: Any, saturated: bool, claims: int) -> float:
+    """Mean seconds per `claim(limit=10)` of the unlimited action (each claim's jobs settled after it)."""
+    empty(admin)
+    queue = create_mysql_job_queue(pool)
+    tag = secrets.token_hex(3)
+    limits = {"limited": ActionLimit(concurrency=4)}
+    if saturated:
+        await queue.enqueue_many(jobs("limited", 2_000, tag))
+        held = await queue.claim(worker_id="holder", lease_ms=600_000, limit=10, limits=limits)
+        assert len(held) == 4
+    await queue.enqueue_many(jobs("other", claims * 10, tag, due_at=10_000))
+    spent = 0.0
+    for _ in range(claims):
+        started = time.perf_counter()
+        got = await queue.claim(worker_id="w", lease_ms=60_000, limit=10, limits=limits)
+        spent += time.perf_counter() - started
+        assert got and {j.action_id for j in got} == {"other"}, [j.action_id for j in got]
+        for job in got:
+            await queue.settle(job_id=job.id, worker_id="w", status="succeeded")
+    return spent / claims
+
+
+async def utilisation(pool: Any, admin: Any, n: int, concurrency: int, run_s: float) -> float:
+    empty(admin)
+    queues = [create_mysql_job_queue(pool), create_mysql_job_queue(pool)]
+    await queues[0].enqueue_many(jobs("limited", n, secrets.token_hex(3)))
+    done = asyncio.Event()
+    seen = 0
+
+    async def handler(job: Job) -> None:
+        nonlocal seen
+        await asyncio.sleep(run_s)
+        seen += 1
+        if seen >= n:
+            done.set()
+
+    limits = {"limited": ActionLimit(concurrency=concurrency)}
+    workers = [create_job_worker(queue=q, handler=handler, workers=8, limits=limits) for q in queues]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    try:
+        await asyncio.wait_for(done.wait(), 300)
+    finally:
+        for worker in workers:
+            await worker.stop()
+    return (n * run_s / concurrency) / (time.perf_counter() - started)
+
+
+async def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--reps", type=int, default=None)
+    args = parser.parse_args(argv)
+    reps = args.reps or (2 if args.quick else 5)
+    n = 1_000 if args.quick else 3_000
+    with server() as url:
+        base = parse_mysql_url(url)
+        database = f"bench_limits_{secrets.token_hex(3)}"
+        root = pymysql.connect(**base.pymysql_kwargs(), autocommit=True)
+        with root.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{database}`")
+        kwargs = {**base.aiomysql_kwargs(), "db": database}
+        pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=24, autocommit=True)
+        admin = pymysql.connect(**{**base.pymysql_kwargs(), "database": database}, autocommit=True)
+        try:
+            await create_mysql_job_queue(pool).now()  # creates the tables
+            never = {"drained": ActionLimit(concurrency=10_000)}
+            other = {"elsewhere": ActionLimit(concurrency=1)}
+            rates: dict[str, list[float]] = {"none": [], "never binds": [], "other action": []}
+            waits: dict[bool, list[float]] = {False: [], True: []}
+            used: dict[float, list[float]] = {0.02: [], 0.1: []}
+            for rep in range(reps):  # interleaved, so drift on a shared machine falls on every variant alike
+                rates["none"].append(await drain(pool, admin, n, None))
+                rates["never binds"].append(await drain(pool, admin, n, never))
+                rates["other action"].append(await drain(pool, admin, n, other))
+                for saturated in (False, True):
+                    waits[saturated].append(await claims_beside(pool, admin, saturated, 30))
+                for run_s, count in ((0.02, 240), (0.1, 80)):
+                    used[run_s].append(await utilisation(pool, admin, count // (2 if args.quick else 1), 4, run_s))
+                print(f"rep {rep + 1}/{reps} done", file=sys.stderr)
+        finally:
+            pool.close()
+            await pool.wait_closed()
+            admin.close()
+            with root.cursor() as cur:
+                cur.execute(f"DROP DATABASE `{database}`")
+            root.close()
+    base_rate = statistics.median(rates["none"])
+    print(f"\n## Fleet-wide limits ({reps} reps interleaved, medians; {n} no-op jobs per drain, workers=16)\n")
+    print("| drain | jobs/s | vs no limits |\n|---|---:|---:|")
+    for name, values in rates.items():
+        print(f"| {name} | {statistics.median(values):,.0f} | {statistics.median(values) / base_rate:.2f} |")
+    alone, beside = statistics.median(waits[False]) * 1e3, statistics.median(waits[True]) * 1e3
+    print(f"\nclaim(limit=10) of an unlimited action: {alone:.2f} ms alone, {beside:.2f} ms beside 2,000 older jobs "
+          f"of a saturated limited action (ratio {beside / alone:.2f})")  # fmt: skip
+    for run_s, values in used.items():
+        print(f"utilisation of a binding concurrency limit of 4 ({run_s * 1e3:.0f} ms handlers, 2 workers x 8 "
+              f"slots): {statistics.median(values):.0%} (min {min(values):.0%})")  # fmt: skip
+    print(f"\nbeside: {RIVER}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

@@ -1,0 +1,65 @@
+"""The SQL of the MySQL queue's fleet-wide limits (mysql/limits.py says what the rows hold)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schema.tables import table_names
+
+#: A slot's value once given back: no job, no reservation.
+FREE = "0 0 -"
+
+
+@dataclass
+class LimitSql:
+    kv: str
+    jobs: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> LimitSql:
+        t = table_names(prefix)
+        return cls(kv=f"`{t.kv}`", jobs=f"`{t.jobs}`")
+
+    def groups_of(self) -> str:
+        return f"SELECT seq, space_id, action_id, `key`, id FROM {self.jobs} WHERE seq IN %s"
+
+    def rows(self, ranges: int) -> str:
+        where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
+        return (
+            f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL FROM {self.kv} s LEFT JOIN {self.jobs} j "
+            "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status = 'running' "
+            "AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)) "
+            f"WHERE {where}"
+        )
+
+    def take(self) -> str:
+        return f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
+
+    def take_start(self, at: str) -> str:
+        # The start's instant and the window's cutoff judged in the statement, on one clock for every claimer.
+        return (
+            f"UPDATE {self.kv} SET v = CAST({at} AS CHAR) "
+            f"WHERE k = UNHEX(%s) AND v = %s AND CAST(v AS SIGNED) <= {at} - %s"
+        )
+
+    def insert_start(self, at: str) -> str:
+        return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), CAST({at} AS CHAR), NULL)"
+
+    def notes(self) -> str:
+        # Every group's `m` row: 0xFF, 16 bytes of digest, then 'm' at byte 18.
+        return f"SELECT v FROM {self.kv} WHERE k >= UNHEX('ff') AND SUBSTRING(k, 18, 1) = 'm'"
+
+    def insert(self) -> str:
+        return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), %s, NULL)"
+
+    def give_back(self, count: int) -> str:
+        # Pairs may cross (k1 with v2) only where job 2 holds slot k1: also a slot this queue gives back now.
+        keys = ", ".join(["UNHEX(%s)"] * count)
+        return f"UPDATE {self.kv} SET v = '{FREE}' WHERE k IN ({keys}) AND v IN %s"
+
+    def pending_past(self, groups: int) -> str:
+        past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
+        return (
+            f"SELECT seq, run_at, priority, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_claim) "
+            f"WHERE status = 'pending' AND run_at <= %s AND {past} ORDER BY priority, run_at, seq LIMIT %s"
+        )

@@ -1,0 +1,408 @@
+"""The MySQL queue's fleet-wide limits (the rules: contract/limits.py), as single-row compare-and-sets.
+
+Where the state lives: rows of the kv table whose key starts with the byte 0xFF, which no kv call can name (a kv
+key is UTF-8 text, and 0xFF never occurs in UTF-8), so no schema step was needed. A group's rows are
+`FF | 16 bytes of SHA-256(group) | 'c' or 'r' | 7-digit number`:
+
+- `c` n: concurrency slot n < `concurrency`, valued `seq until worker_hex` ('0 0 -' when given back). A slot is
+  free when its holder (job `seq`, held by worker `worker_hex`) is not `running` under a live lease, AND `until`
+  (the taking claim's instant + lease) has passed: the second covers the moment between taking the slot and the
+  job's own compare-and-set, and a claimer killed in between (the slot comes back after one lease).
+- `r` n: rate entry n < `rate`, valued the instant of the start it recorded; a start takes the oldest entry that
+  is at least `per_ms` old. So any `per_ms` window holds at most `rate` recorded starts (two starts sharing an
+  entry are at least `per_ms` apart).
+
+A claim with limits reads its candidates' (space, action, key) and the groups' rows in two reads, plans which
+candidates fit, and for each one takes a slot and a rate entry (each an UPDATE guarded by the value it read, or
+the INSERT of a missing row, which a duplicate key loses) before the job's own compare-and-set; a slot whose job
+was then lost is given back at once. Never a lock held across statements, never two rows in one statement: no
+deadlock, and on Galera/Group Replication a lost certification is a lost race like any other. The settle gives
+the slot back (best effort: a slot whose give-back was lost frees itself once its job is no longer running).
+
+When every candidate read belongs to a saturated group, the claim reads again past those groups (their jobs
+excluded by space and action): it steps over their waiting rows in the `job_claim` index, so the cost of that
+second read grows with a saturated group's backlog.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+
+from ..contract import validation as check
+from ..contract.clock import InjectedClock
+from ..contract.events import EventHook, limit_reached
+from ..contract.events import limited as limited_event
+from ..contract.limits import Group, LimitUsage, group_of
+from ..records import ActionLimit
+from .claim_values import LOST, WON, Candidate
+from .limit_statements import FREE, LimitSql
+from .queue_core import log
+from .rows import job_columns
+from .session import Connection, as_text, is_conflict, is_duplicate
+from .statements import NOW_MS
+
+if TYPE_CHECKING:
+    from .queue_core import QueueCore
+else:
+    QueueCore = object
+
+NUMBER_DIGITS = 7  # ActionLimit's concurrency and rate are at most 1,000,000
+#: Slots remembered for a settle to give back; beyond it the oldest are forgotten (they free themselves anyway).
+MAX_HOLDS = 100_000
+FORGET_GROUPS_MS = 600_000
+
+
+def _row_key(group: Group, kind: str, number: int) -> str:
+    return _group_prefix(group) + (kind.encode() + f"{number:0{NUMBER_DIGITS}d}".encode()).hex()
+
+
+@functools.lru_cache(maxsize=4096)
+def _group_prefix(group: Group) -> str:
+    return (b"\xff" + hashlib.sha256(repr(group).encode()).digest()[:16]).hex()
+
+
+def _free_slots(group: Group, count: int, need: int, present: dict[str, tuple[str, bool]], now: int) -> list[Entry]:
+    """Up to `need` free slots among the first `count`, lowest first: free rows, and rows not made yet."""
+    free: list[Entry] = []
+    for number in range(count):
+        key = _row_key(group, "c", number)
+        row = present.get(key)
+        if row is None or _slot_free(*row, now):
+            free.append((key, None if row is None else row[0]))
+            if len(free) >= need:
+                break
+    return free
+
+
+def _free_entries(
+    group: Group, limit: ActionLimit, need: int, present: dict[str, tuple[str, bool]], now: int
+) -> list[Entry]:
+    """Up to `need` rate entries whose start has left the window, oldest first (rows not made yet first)."""
+    cutoff = now - limit.per_ms
+    missing: list[Entry] = []
+    old: list[tuple[int, Entry]] = []
+    assert limit.rate is not None
+    prefix = _group_prefix(group)
+    for key, (value, _held) in present.items():
+        if key.startswith(prefix + "72") and value.lstrip("-").isdigit() and int(value) <= cutoff:  # 'r' = 0x72
+            old.append((int(value), (key, value)))
+    seen = sum(1 for key in present if key.startswith(prefix + "72"))
+    for number in range(limit.rate):
+        if len(missing) >= need or seen >= limit.rate:
+            break
+        key = _row_key(group, "r", number)
+        if key not in present:
+            missing.append((key, None))
+    return (missing + [entry for _at, entry in sorted(old)])[:need]
+
+
+#: (key as hex, the value read, or None: the row does not exist yet).
+Entry = tuple[str, str | None]
+
+
+@dataclass
+class Plan:
+    """What one claim may take: per admitted candidate seq, the slot and the rate entry it will try."""
+
+    limits: Mapping[str, ActionLimit]
+    takes: dict[int, tuple[Entry | None, Entry | None]] = field(default_factory=dict)
+    per_ms: dict[int, int] = field(default_factory=dict)
+    refused: dict[Group, bool] = field(default_factory=dict)  # group -> whether it is one key's (by_key)
+    #: The slots taken for jobs this claim won, until the claim's read-back names their jobs.
+    held: dict[int, list[Entry]] = field(default_factory=dict)
+    #: Told of each due job left waiting, with the limit it is at (the worker's `limited` events).
+    on_limited: EventHook | None = None
+
+
+class LimitedClaims(QueueCore):
+    """Mixed into `MysqlJobQueue`: plans a claim's candidates within their limits, takes and gives back slots."""
+
+    _limit_holds: dict[str, list[Entry]]
+    _limit_sql: LimitSql
+    _job_groups: dict[int, tuple[int, str, str | None, str]]  # seq -> (space_id, action_id, key, id)
+    _job_groups_since: int
+
+    def _limits_sql(self) -> LimitSql:
+        if "_limit_sql" not in self.__dict__:
+            self._limit_sql = LimitSql.for_prefix(self._store.prefix)
+            self._limit_holds = {}
+            self._job_groups, self._job_groups_since = {}, 0
+        return self._limit_sql
+
+    async def _plan(
+        self, candidates: list[Candidate], limits: Mapping[str, ActionLimit], now: int, plan: Plan
+    ) -> list[Candidate]:
+        """The candidates that fit their limits (plan.takes says with which rows); the others' groups go to
+        `plan.refused`."""
+        sql = self._limits_sql()
+        if not candidates:
+            return []
+        # A job's space, action, key and id never change: those of candidates seen before (a saturated group's
+        # jobs come back in every claim) are not read again.
+        if now - self._job_groups_since > FORGET_GROUPS_MS or now < self._job_groups_since:
+            # Only a TRUNCATE, or an old server's restart after a purge, reuses a seq: forget now and then anyway.
+            self._job_groups, self._job_groups_since = {}, now
+        known = self._job_groups
+        missing = [seq for seq, *_rest in candidates if seq not in known]
+        if missing:
+            found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (missing,)))
+            for seq, space_id, action_id, key, id_ in found:
+                text_key = None if key is None else as_text(key)
+                known[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
+            while len(known) > MAX_HOLDS:
+                del known[next(iter(known))]
+        limited: dict[int, tuple[Group, ActionLimit]] = {}
+        ids = {seq: known[seq][3] for seq, *_rest in candidates if seq in known}
+        for seq, (space_id, action_id, text_key, _id) in [(c[0], known[c[0]]) for c in candidates if c[0] in known]:
+            limit = limits.get(action_id)
+            if limit is not None:
+                limited[seq] = (group_of(space_id, action_id, text_key, limit), limit)
+        if not limited:
+            return candidates
+        groups = {group: limit for group, limit in limited.values()}
+        ranges: list[str] = []
+        for group, limit in groups.items():
+            for kind, count in (("c", limit.concurrency), ("r", limit.rate), ("m", 1)):
+                if count is not None:
+                    ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
+        rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, *ranges)))
+        present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
+        await self._note_limits(groups, present)
+        need: dict[Group, int] = {}
+        for group, _limit in limited.values():
+            need[group] = need.get(group, 0) + 1
+        free: dict[tuple[Group, str], list[Entry]] = {}
+        for group, limit in groups.items():
+            if limit.concurrency is not None:
+                free[(group, "c")] = _free_slots(group, limit.concurrency, need[group], present, now)
+            if limit.rate is not None:
+                free[(group, "r")] = _free_entries(group, limit, need[group], present, now)
+        admitted = []
+        for candidate in candidates:
+            seq = candidate[0]
+            if seq not in limited:
+                admitted.append(candidate)
+                continue
+            group, limit = limited[seq]
+            slots = free.get((group, "c"), [])
+            ring = free.get((group, "r"), [])
+            full = limit.concurrency is not None and not slots
+            if group in plan.refused or full or (limit.rate is not None and not ring):
+                plan.refused[group] = limit.by_key
+                if plan.on_limited is not None:
+                    reason = limit_reached(limit, full, group[2])
+                    plan.on_limited(limited_event(ids[seq], group[0], group[1], reason))
+                continue
+            slot = slots.pop(0) if limit.concurrency is not None else None
+            entry = ring.pop(0) if limit.rate is not None else None
+            plan.takes[seq] = (slot, entry)
+            plan.per_ms[seq] = limit.per_ms
+            admitted.append(candidate)
+        return admitted
+
+    if TYPE_CHECKING:
+
+        async def _take(self, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int) -> int: ...
+
+        def _won_at(self, now: int, started_ns: int) -> int: ...
+
+    async def _within_limits(
+        self, candidates: list[Candidate], limit: int, now: int, plan: Plan | None
+    ) -> list[Candidate]:
+        """The candidates a claim may try; when saturated groups left it short, due jobs read past them."""
+        if plan is None:
+            return candidates
+        limits = plan.limits
+        full = len(candidates) >= 2 * limit
+        admitted = await self._plan(candidates, limits, now, plan)
+        for _round in range(2):
+            if len(admitted) >= limit or not plan.refused or not full:
+                break
+            seen = {c[0] for c in admitted} | {c[0] for c in candidates}
+            more = [c for c in await self._pending_past(plan.refused, now, 2 * limit) if c[0] not in seen]
+            full = len(more) >= limit
+            admitted += await self._plan(more, limits, now, plan)
+        return admitted
+
+    async def _take_within(
+        self, plan: Plan | None, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int
+    ) -> int:
+        """`_take`, after the slot and the rate entry the plan gave the job (a limited one); a slot is given back
+        when the job itself is lost, or died rather than ran (a death spends no slot)."""
+        try:
+            held = await self._take_rows(plan, seq, self._won_at(now, started), lease_ms, worker_id)
+        except _Lost:
+            return LOST
+        result = LOST
+        try:
+            result = await self._take(seq, lapsed, worker_id, lease_ms, now, started)
+        finally:
+            if result == WON and plan is not None:
+                plan.held[seq] = held
+            else:
+                await self._give_back(held)
+        return result
+
+    async def _claimed(self, plan: Plan | None, rows: Sequence[Sequence[Any]]) -> None:
+        """The claim's read-back: slots of jobs it returns are held until their settle; the others (a lapsed job
+        that went dead rather than ours) are given back."""
+        if plan is None:
+            return
+        jobs = [(int(c["seq"]), as_text(c["id"])) for c in map(job_columns, rows)]
+        self._limits_sql()
+        holds = self._limit_holds
+        for seq, job_id in jobs:
+            held = plan.held.pop(seq, [])
+            if held:
+                holds.setdefault(job_id, []).extend(held)
+        while len(holds) > MAX_HOLDS:  # jobs never settled here (their lease lapsed): their slots free themselves
+            del holds[next(iter(holds))]
+        await self._give_back([entry for held in plan.held.values() for entry in held])
+
+    async def _note_limits(self, groups: Mapping[Group, ActionLimit], present: Mapping[str, tuple[str, bool]]) -> None:
+        """Each group's `m` row says which limit claims work to (for `limit_usage`): written when it changed."""
+        for group, limit in groups.items():
+            key = _row_key(group, "m", 0)
+            # Led by "0 ", which the slot rows' join reads as no job (and casts without a warning).
+            value = "0 " + json.dumps([*group, limit.concurrency, limit.rate, limit.per_ms], ensure_ascii=False)
+            if key not in present or present[key][0] != value:
+                await self._cas_row((key, present[key][0] if key in present else None), value)
+
+    async def limit_usage(self, *, space_ids: Sequence[int] | None = None) -> list[LimitUsage]:
+        """The `LimitUsage` of every group claims have worked to (of those spaces; None: all)."""
+        spaces = check.space_ids_or_all(space_ids)
+        sql = self._limits_sql()
+        now = await self._now_ms()
+        notes = await self._store.run(lambda conn: conn.fetch(sql.notes()))
+        usage = []
+        for (value,) in notes:
+            space_id, action_id, key, concurrency, rate, per_ms = json.loads(as_text(value)[2:])
+            if spaces is not None and space_id not in spaces:
+                continue
+            group: Group = (space_id, action_id, key)
+            ranges = [_row_key(group, "c", 0), _row_key(group, "c", concurrency or 0),
+                      _row_key(group, "r", 0), _row_key(group, "r", rate or 0)]  # fmt: skip
+            rows = await self._store.run(functools.partial(_fetch, sql=sql.rows(2), args=(now, *ranges)))
+            slot, start = _group_prefix(group) + "63", _group_prefix(group) + "72"
+            running = started = 0
+            for k, v, held in rows:
+                hex_key, text = as_text(k).lower(), as_text(v)
+                if hex_key.startswith(slot) and text != FREE and not _slot_free(text, bool(held), now):
+                    running += 1
+                elif hex_key.startswith(start) and text.lstrip("-").isdigit() and int(text) > now - per_ms:
+                    started += 1
+            usage.append(LimitUsage(space_id=space_id, action_id=action_id, key=key, concurrency=concurrency,
+                                    running=running, rate=rate, per_ms=per_ms, started=started))  # fmt: skip
+        return sorted(usage, key=lambda u: (u.space_id, u.action_id, u.key or ""))
+
+    async def _pending_past(self, refused: Mapping[Group, bool], now: int, count: int) -> list[Candidate]:
+        """Due pending jobs of every group but the refused ones, in claim order; their groups are read with them."""
+        args: list[Any] = [now]
+        for (space_id, action_id, key), by_key in refused.items():
+            args += [space_id, action_id, not by_key, key]
+        statement = self._limits_sql().pending_past(len(refused))
+        rows = await self._store.run(lambda conn: conn.fetch(statement, (*args, count)))
+        for seq, _run_at, _priority, space_id, action_id, key, id_ in rows:
+            text_key = None if key is None else as_text(key)
+            self._job_groups[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
+        return [(int(seq), int(run_at), 0, int(priority)) for seq, run_at, priority, *_group in rows]
+
+    async def _take_rows(self, plan: Plan | None, seq: int, at: int, lease_ms: int, worker_id: str) -> list[Entry]:
+        """The slot and rate entry of the plan for `seq`, taken; None (a lost race) when either could not be."""
+        if plan is None or seq not in plan.takes:
+            return []
+        slot, entry = plan.takes.pop(seq)
+        held: list[Entry] = []
+        if slot is not None:
+            value = f"{seq} {at + lease_ms} {worker_id.encode().hex()}"
+            if not await self._cas_row(slot, value):
+                raise _Lost
+            held.append((slot[0], value))
+        if entry is not None and not await self._take_start(entry, at, plan.per_ms[seq]):
+            await self._give_back(held)
+            raise _Lost
+        return held
+
+    async def _take_start(self, entry: Entry, at: int, per_ms: int) -> bool:
+        """A rate entry, for a start at the server's instant (at `at` under an injected clock, as in tests): the
+        claimers' own readings of the server's clock differ by their reading's error, the server's does not."""
+        sql = self._limits_sql()
+        key, old = entry
+        injected = isinstance(self._clock, InjectedClock)
+        instant = "%s" if injected else NOW_MS
+        given = (at,) if injected else ()
+        prefix = self._store.flavour.claim_prefix
+
+        async def cas(conn: Connection) -> int:
+            if old is None:
+                return await conn.write(sql.insert_start(instant), (key, *given), prefix=prefix)
+            return await conn.write(sql.take_start(instant), (*given, key, old, *given, per_ms), prefix=prefix)
+
+        return await self._lost_race_is_false(cas)
+
+    async def _cas_row(self, row: Entry, value: str) -> bool:
+        key, old = row
+        sql = self._limits_sql()
+        prefix = self._store.flavour.claim_prefix
+
+        async def cas(conn: Connection) -> int:
+            if old is None:
+                return await conn.write(sql.insert(), (key, value), prefix=prefix)
+            return await conn.write(sql.take(), (value, key, old), prefix=prefix)
+
+        return await self._lost_race_is_false(cas)
+
+    async def _lost_race_is_false(self, write: Callable[[Connection], Awaitable[int]]) -> bool:
+        try:
+            return bool(await self._store.run(write))
+        except pymysql.err.MySQLError as error:
+            if is_duplicate(error) or is_conflict(error):
+                return False  # another claimer made the row first, or holds it (on a cluster: lost at COMMIT)
+            raise
+
+    async def _give_back(self, held: list[Entry]) -> bool:
+        """Best effort, never raising: a slot whose give-back failed (a cut connection, a lost certification)
+        frees itself within a lease, and the claim or settle it follows must not fail for it."""
+        if not held:
+            return True
+        statement = self._limits_sql().give_back(len(held))
+        args = (*(k for k, _v in held), [v for _k, v in held])
+        try:
+            await self._store.run(lambda conn: conn.write(statement, args))
+        except Exception as error:
+            log.warning("could not give back %d limit slot(s) (they free themselves within a lease): %s", len(held),
+                        error)  # fmt: skip
+            return False
+        return True
+
+    async def _settled(self, job_ids: Sequence[str]) -> None:
+        """Gives back the slots this queue took for these jobs (their settle has run)."""
+        holds = self.__dict__.get("_limit_holds")
+        if not holds:
+            return
+        held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
+        if held and await self._give_back(held):
+            # A slot came free: a worker waiting on it claims now rather than at its next poll.
+            self.wakeups.notify(self.wakeup_topic)
+
+
+async def _fetch(conn: Connection, *, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+    return await conn.fetch(sql, args)
+
+
+class _Lost(Exception):
+    """A slot or rate entry went to another claimer first: the job is not taken by this claim."""
+
+
+def _slot_free(value: str, held: bool, now: int) -> bool:
+    if held:
+        return False
+    parts = value.split(" ")
+    return len(parts) != 3 or not parts[1].lstrip("-").isdigit() or int(parts[1]) < now
