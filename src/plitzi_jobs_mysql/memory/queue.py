@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..contract import validation as check
-from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
+from ..contract.capabilities import AnnouncesDueJobs, Pausing, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
 from ..contract.events import Emitter, dead_by_loss
 from ..contract.protocols import JobQueue
@@ -34,6 +34,7 @@ from ..records import (
 from .claim_order import ClaimOrder
 from .claim_order import Row as _Row
 from .operator_calls import MemoryOperatorCalls, no_connection
+from .pauses import MemoryPauseCalls
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
 
@@ -43,7 +44,7 @@ _emit = Emitter(None, log)
 
 
 @dataclass
-class MemoryJobQueue(MemoryOperatorCalls):
+class MemoryJobQueue(MemoryOperatorCalls, MemoryPauseCalls):
     """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
 
     retain_finished: int
@@ -54,6 +55,8 @@ class MemoryJobQueue(MemoryOperatorCalls):
     _finished: dict[str, None] = field(default_factory=dict)  # terminal job ids, oldest finish first
     # Claims read heaps rather than sorting every job (claim_order.py).
     _order: ClaimOrder = field(default_factory=ClaimOrder)
+    _pauses: dict[tuple[int, str | None], int] = field(default_factory=dict)  # (space, action or None) -> since
+    _held: dict[str, _Row] = field(default_factory=dict)  # due jobs of a paused scope a claim set aside (pauses.py)
     #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
     wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
     wakeup_topic: str = ""
@@ -158,6 +161,9 @@ class MemoryJobQueue(MemoryOperatorCalls):
             if found is None:
                 break
             row, _version = found
+            if self._paused(row.job):
+                self._held[row.job.id] = row  # out of the order until its resume: paused jobs cost claims nothing
+                continue
             job = row.job
             if job.status == "running":
                 lost = Attempt(
@@ -359,3 +365,4 @@ if TYPE_CHECKING:  # mypy checks the memory queue keeps the contract's Protocol 
     _queue: JobQueue = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
     _batches: SettlesSucceeded = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
     _announces: AnnouncesDueJobs = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
+    _pausing: Pausing = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
