@@ -13,6 +13,7 @@ import pymysql
 from ..contract import validation as check
 from ..contract.events import Emitter, dead_by_loss
 from ..records import LOST_ERROR, Job
+from .pause_calls import PAUSES_FROM, PAUSES_TO, pause_statements_for
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
 from .session import Connection, as_text, is_conflict
@@ -35,6 +36,8 @@ CAS_IN_FLIGHT = 8
 # Due priorities read in one statement (a UNION ALL of one index range each); more are read only when these
 # hold fewer jobs than the claim wants.
 PRIORITIES_PER_READ = 8
+# Reads of one claim's candidates that met jobs of a paused scope (marked held, so the next read is past them).
+MAX_HOLD_REREADS = 3
 
 #: A claim's candidate: (seq, run_at, lapsed 0/1, priority).
 Candidate = tuple[int, int, int, int]
@@ -69,10 +72,22 @@ class ClaimCalls(QueueCore):
         up to `limit` lapsed leases, in claim order: priority, then oldest run_at."""
         with_lapsed = self._lapsed_read_due(now, lease_ms)
         sql = self._sql
+        pauses = pause_statements_for(self._store.prefix)
 
         async def read(conn: Connection) -> list[Candidate]:
-            rows = await conn.fetch(sql.due_priorities, (now,))
-            priorities = sorted(int(row[0]) for row in rows)
+            for _ in range(MAX_HOLD_REREADS):
+                rows = await conn.fetch(sql.due_priorities, (now, PAUSES_FROM, PAUSES_TO))
+                found = await read_from(conn, sorted(int(row[0]) for row in rows if row[0] is not None))
+                paused = any(row[0] is None and int(row[1]) for row in rows)
+                if not (paused and found):
+                    return found
+                # Jobs of a paused scope met here are marked held, which takes them out of these reads: read again.
+                covered = [int(row[0]) for row in await conn.fetch(pauses.covered, ([c[0] for c in found],))]
+                if not covered or not await conn.write(pauses.hold, (covered,)):
+                    return [c for c in found if c[0] not in covered]
+            return []  # still meeting newly paused jobs: the next claim reads on past the ones marked now
+
+        async def read_from(conn: Connection, priorities: list[int]) -> list[Candidate]:
             found: list[Candidate] = []
             pending, skip = 0, offset
             lapsed = with_lapsed
