@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-dashboard bench-txn soak differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-pauses bench-dashboard bench-txn soak differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -49,6 +49,9 @@ bench: setup
 ## mixed priorities vs one (bench/priorities.py; PLITZI_MYSQL_URL, else a throwaway server).
 bench-claims: setup
 	$(PY) bench/priorities.py
+
+bench-pauses: setup
+	$(PY) bench/pauses.py
 
 bench-quick: setup
 	$(PY) -m pip install -q -e '.[bench]'

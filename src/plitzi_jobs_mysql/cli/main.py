@@ -8,6 +8,8 @@
     plitzi-jobs-mysql jobs cancel-all|retry-all --space N [--action A] [--status dead] [--dry-run] [--yes]
                                                              every job of a space (or action): counts, and
                                                              refuses without --yes
+    plitzi-jobs-mysql pause|resume --space N [--action A]   claims skip (again take) the space's or action's jobs
+    plitzi-jobs-mysql paused --space N                       what is paused there, and since when
     plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
     plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
                                                              due job's age, lapsed leases
@@ -59,6 +61,7 @@ from .connect import ENV_URL, PROG, CliError, connect, database_url, explain, ru
 from .dashboard import add_parser as add_dashboard_parser
 from .jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
 from .output import print_json, scope, table, when
+from .pauses import add_parsers as add_pause_parsers
 
 __all__ = ["main"]
 
@@ -298,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
         "stats", parents=[common, any_space], help="per space and action: counts, oldest due job, lapsed leases"
     )
     stats.set_defaults(func=cmd_stats)
+    add_pause_parsers(commands, common, _space_id)
     add_dashboard_parser(commands, conn, _space_id)
     return parser
 
