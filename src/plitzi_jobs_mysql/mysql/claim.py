@@ -83,6 +83,11 @@ class ClaimCalls(QueueCore):
                     return found
                 # Jobs of a paused scope met here are marked held, which takes them out of these reads: read again.
                 covered = [int(row[0]) for row in await conn.fetch(pauses.covered, ([c[0] for c in found],))]
+                if covered:
+                    due = sorted({c[3] for c in found if not c[2]})
+                    if due:
+                        rows = await conn.fetch(pauses.covered_due, (due, now))
+                        covered = sorted({*covered, *(int(row[0]) for row in rows)})
                 if not covered or not await conn.write(pauses.hold, (covered,)):
                     return [c for c in found if c[0] not in covered]
             return []  # still meeting newly paused jobs: the next claim reads on past the ones marked now

@@ -27,6 +27,8 @@ from .session import as_text
 
 #: Where the pause rows live in the kv table: [PAUSES_FROM, PAUSES_TO).
 PAUSES_FROM, PAUSES_TO = b"\xffpause:", b"\xffpause;"
+#: Jobs one claim marks held at most (a bulk batch's size: bulk_calls.py).
+HOLD_BATCH = 500
 _EVERY_STATUS = [status.value for status in JobStatus]
 
 
@@ -37,6 +39,9 @@ def pause_key(space_id: int, action_id: str | None) -> bytes:
 @dataclass(frozen=True)
 class PauseStatements:
     covered: str  # which of these seqs a pause covers (a plain read: a claim asks it only while pauses exist)
+    #: Up to HOLD_BATCH due pending jobs of those priorities a pause covers (a plain read), asked once a claim
+    #: met one: jobs enqueued under a pause are marked a batch at a time, not a claim's few candidates at a time.
+    covered_due: str
     hold: str  # mark these seqs held, each only while a pause row covering it exists (read under a shared lock)
     release: str
     insert: str
@@ -60,7 +65,11 @@ def pause_statements(jobs: str, kv: str) -> PauseStatements:
     delete = f"DELETE FROM {kv} WHERE k = %s"
     listed = f"SELECT k, v FROM {kv} WHERE k >= %s AND k < %s ORDER BY k"
     covered = f"SELECT seq FROM {jobs} FORCE INDEX (PRIMARY) WHERE seq IN %s AND held = 0 AND {covering}"
-    return PauseStatements(covered, hold, release, insert, delete, listed)
+    covered_due = (
+        f"SELECT seq FROM {jobs} FORCE INDEX (job_claim) WHERE status = 'pending' AND held = 0 AND priority IN %s "
+        f"AND run_at <= %s AND {covering} LIMIT {HOLD_BATCH}"
+    )
+    return PauseStatements(covered, covered_due, hold, release, insert, delete, listed)
 
 
 @functools.cache
