@@ -49,11 +49,11 @@ def insert(conn: Any, prefix: str, action: str, count: int, first: int, tag: str
         cur.execute(f"ANALYZE TABLE `{table_names(prefix).jobs}`")
 
 
-async def claim(queue: Any, conn: Any, prefix: str) -> float:
+async def claim(queue: Any, conn: Any, prefix: str, full: bool = True) -> float:
     started = time.perf_counter()
     jobs = await queue.claim(worker_id="bench", lease_ms=LEASE_MS, limit=CLAIM_LIMIT)
     took = (time.perf_counter() - started) * 1000
-    if len(jobs) != CLAIM_LIMIT or any(job.action_id != "bench" for job in jobs):
+    if (full and len(jobs) != CLAIM_LIMIT) or any(job.action_id != "bench" for job in jobs):
         raise RuntimeError(f"{prefix}: a claim took {[(job.id, job.action_id) for job in jobs]}")
     with conn.cursor() as cur:
         cur.execute(
@@ -112,7 +112,7 @@ async def run(url: str, args: argparse.Namespace) -> int:
         lazy = []
         started = time.perf_counter()
         while True:
-            lazy.append(await claim(queues["paused_"], conn, "paused_"))
+            lazy.append(await claim(queues["paused_"], conn, "paused_", full=False))
             with conn.cursor() as cur:
                 cur.execute(
                     f"SELECT COUNT(*) FROM `{table_names('paused_').jobs}` WHERE held = 0 AND action_id = 'stopped'"

@@ -75,22 +75,24 @@ class ClaimCalls(QueueCore):
         pauses = pause_statements_for(self._store.prefix)
 
         async def read(conn: Connection) -> list[Candidate]:
-            for _ in range(MAX_HOLD_REREADS):
+            for attempt in range(MAX_HOLD_REREADS):
                 rows = await conn.fetch(sql.due_priorities, (now, PAUSES_FROM, PAUSES_TO))
                 found = await read_from(conn, sorted(int(row[0]) for row in rows if row[0] is not None))
                 paused = any(row[0] is None and int(row[1]) for row in rows)
                 if not (paused and found):
                     return found
-                # Jobs of a paused scope met here are marked held, which takes them out of these reads: read again.
+                # Jobs of a paused scope met here are marked held, which takes them out of these reads: read again
+                # (the last time, take what is left rather than nothing, so a worker is not idle for a poll).
                 covered = [int(row[0]) for row in await conn.fetch(pauses.covered, ([c[0] for c in found],))]
-                if covered:
-                    due = sorted({c[3] for c in found if not c[2]})
-                    if due:
-                        rows = await conn.fetch(pauses.covered_due, (due, now))
-                        covered = sorted({*covered, *(int(row[0]) for row in rows)})
-                if not covered or not await conn.write(pauses.hold, (covered,)):
+                if not covered:
+                    return found
+                due = sorted({c[3] for c in found if not c[2]})
+                if due:
+                    rows = await conn.fetch(pauses.covered_due, (due, now))
+                    covered = sorted({*covered, *(int(row[0]) for row in rows)})
+                if not await conn.write(pauses.hold, (covered,)) or attempt == MAX_HOLD_REREADS - 1:
                     return [c for c in found if c[0] not in covered]
-            return []  # still meeting newly paused jobs: the next claim reads on past the ones marked now
+            return []
 
         async def read_from(conn: Connection, priorities: list[int]) -> list[Candidate]:
             found: list[Candidate] = []
