@@ -55,6 +55,8 @@ async def claim(queue: Any, conn: Any, prefix: str, full: bool = True) -> float:
     took = (time.perf_counter() - started) * 1000
     if (full and len(jobs) != CLAIM_LIMIT) or any(job.action_id != "bench" for job in jobs):
         raise RuntimeError(f"{prefix}: a claim took {[(job.id, job.action_id) for job in jobs]}")
+    if not jobs:
+        return took
     with conn.cursor() as cur:
         cur.execute(
             *bind(
