@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-history bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-pauses bench-history bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -44,6 +44,7 @@ bench: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py
 	$(PY) bench/priorities.py
+	$(PY) bench/pauses.py
 	$(PY) bench/history.py --sizes 1000,110000
 	$(PY) bench/limits.py
 
@@ -60,6 +61,9 @@ bench-limits: setup
 bench-quick: setup
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) bench/run.py --quick
+
+bench-pauses: setup
+	$(PY) bench/pauses.py
 
 ## Pickup latency of a job enqueued inside the caller's transaction (issue 20.1), with and without announce_due().
 bench-txn: setup

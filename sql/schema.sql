@@ -16,6 +16,7 @@ CREATE TABLE IF NOT EXISTS `action_jobs` (
   `missed` INT NULL,
   `key` VARBINARY(764) NULL,
   `priority` TINYINT NOT NULL DEFAULT 0,
+  `held` TINYINT NOT NULL DEFAULT 0,
   `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
   `run_at` BIGINT NOT NULL,
   `attempts` INT NOT NULL,
@@ -31,7 +32,7 @@ CREATE TABLE IF NOT EXISTS `action_jobs` (
   PRIMARY KEY (`seq`),
   UNIQUE KEY `job_id` (`id`),
   KEY `job_due` (`status`, `run_at`),
-  KEY `job_claim` (`status`, `priority`, `run_at`),
+  KEY `job_claim` (`status`, `held`, `priority`, `run_at`),
   KEY `job_space_recent` (`space_id`, `updated_at`),
   KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`),
   KEY `job_space_key` (`space_id`, `key`, `status`)

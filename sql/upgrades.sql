@@ -21,7 +21,7 @@ EXECUTE pjm_step;
 
 DEALLOCATE PREPARE pjm_step;
 
-SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'seq bigint,id varbinary,space_id bigint,action_id varbinary,environment varbinary,trigger varbinary,input longtext,due_at bigint,max_attempts int,missed int,key varbinary,priority tinyint,status varchar,run_at bigint,attempts int,created_at bigint,updated_at bigint,claimed_at bigint,lease_until bigint,worker_id varbinary,run_id varbinary,cancel_requested tinyint,error mediumtext,history longtext' AND LOCATE('plitzi_jobs_mysql schema ', (SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs')) = 0), 'ALTER TABLE `action_jobs` COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT GROUP_CONCAT(CONCAT(COLUMN_NAME, ' ', DATA_TYPE) ORDER BY ORDINAL_POSITION SEPARATOR ',') FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'seq bigint,id varbinary,space_id bigint,action_id varbinary,environment varbinary,trigger varbinary,input longtext,due_at bigint,max_attempts int,missed int,key varbinary,priority tinyint,held tinyint,status varchar,run_at bigint,attempts int,created_at bigint,updated_at bigint,claimed_at bigint,lease_until bigint,worker_id varbinary,run_id varbinary,cancel_requested tinyint,error mediumtext,history longtext' AND LOCATE('plitzi_jobs_mysql schema ', (SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs')) = 0), 'ALTER TABLE `action_jobs` COMMENT = ''plitzi_jobs_mysql schema 3''', 'DO 0');
 
 PREPARE pjm_step FROM @pjm_sql;
 
@@ -252,7 +252,7 @@ EXECUTE pjm_step;
 
 DEALLOCATE PREPARE pjm_step;
 
-SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'plitzi_jobs_mysql schema 1'), 'ALTER TABLE `action_jobs` ADD COLUMN `priority` TINYINT NOT NULL DEFAULT 0 AFTER `key`, ADD KEY `job_claim` (`status`, `priority`, `run_at`), COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
+SET @pjm_sql = IF(IS_USED_LOCK(@pjm_lock) = CONNECTION_ID() AND ((SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'action_jobs') = 'plitzi_jobs_mysql schema 1'), 'ALTER TABLE `action_jobs` ADD COLUMN `priority` TINYINT NOT NULL DEFAULT 0 AFTER `key`, ADD COLUMN `held` TINYINT NOT NULL DEFAULT 0 AFTER `priority`, ADD KEY `job_claim` (`status`, `held`, `priority`, `run_at`), COMMENT = ''plitzi_jobs_mysql schema 2''', 'DO 0');
 
 PREPARE pjm_step FROM @pjm_sql;
 

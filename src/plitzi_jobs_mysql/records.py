@@ -230,6 +230,15 @@ class ActionLimit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PausedAction:
+    """A pause (`pause`): claims skip the pending jobs of the space, or of one action of it, until `resume`."""
+
+    space_id: int
+    action_id: str | None  # None: the whole space
+    since: int  # when it was paused, epoch ms of the queue's clock
+
+
+@dataclass(frozen=True, kw_only=True)
 class FinishedCount:
     """How many jobs of one space and action finished in one terminal status within one bucket of time
     (`finished_counts`: what the dashboard's chart draws)."""

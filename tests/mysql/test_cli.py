@@ -304,6 +304,27 @@ def test_jobs_cancel_all_and_retry_all_count_first_and_run_only_with_yes(migrate
     assert "invalid choice" in cli("jobs", "retry-all", *url, "--status", "pending").stderr
 
 
+def test_pause_resume_and_paused(migrated: str) -> None:
+    seed(migrated)
+    url = ["--url", migrated]
+    assert "nothing is paused in space 1" in ok(cli("paused", *url, "--space", "1")).stdout
+    assert "paused space 1, action 'act-pending-due'" in ok(cli("pause", *url, "--space", "1", "--action",
+                                                               "act-pending-due")).stdout  # fmt: skip
+    again = ok(cli("pause", *url, "--space", "1", "--action", "act-pending-due")).stdout
+    assert "already paused: nothing changed" in again
+    assert as_json(cli("pause", *url, "--space", "2", "--json")) == {
+        "space": 2, "action": None, "paused": True, "changed": True}  # fmt: skip
+    listed = as_json(cli("paused", *url, "--space", "1", "--space", "2", "--json"))
+    assert [(p["space"], p["action"]) for p in listed] == [(1, "act-pending-due"), (2, None)]
+    shown = ok(cli("paused", *url, "--space", "2")).stdout
+    assert "(every action)" in shown and "ago" in shown
+    assert "resumed space 2 (every action)" in ok(cli("resume", *url, "--space", "2")).stdout
+    assert "was not paused: nothing changed" in ok(cli("resume", *url, "--space", "2")).stdout
+    assert "action_id" in fails(cli("pause", *url, "--space", "1", "--action", ""))
+    assert "required" in cli("pause", *url).stderr
+    assert [p["space"] for p in as_json(cli("paused", *url, "--space", "1", "--space", "2", "--json"))] == [1]
+
+
 # -- schedules and stats -------------------------------------------------------------------------------------
 
 

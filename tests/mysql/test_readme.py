@@ -156,6 +156,24 @@ async def test_the_priorities_example_claims_the_urgent_job_first(database_url: 
         assert await namespace["urgent_first"](queue, await now_ms(queue)) == ["password-reset:42", "newsletter:7"]
 
 
+async def test_the_pause_example_holds_the_newsletter_until_resumed(database_url: str) -> None:
+    from plitzi_jobs_mysql import create_memory_job_queue, create_mysql_job_queue
+    from plitzi_jobs_mysql.testing.support import now_ms
+    from tests.conftest import pooled
+    from tests.support import job
+
+    (block,) = [b for b in python_blocks() if "hold_the_newsletter" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    expected = ["send-newsletter", "password-reset:42", "newsletter:7"]
+    async with pooled(database_url) as pool:
+        for queue in (create_memory_job_queue(), create_mysql_job_queue(pool)):
+            now = await now_ms(queue)
+            await queue.enqueue_many([job("newsletter:7", action_id="send-newsletter", due_at=now - 1),
+                                      job("password-reset:42", action_id="send-email", due_at=now)])  # fmt: skip
+            assert await namespace["hold_the_newsletter"](queue) == expected
+
+
 async def test_the_outbox_example_commits_the_order_and_its_job_together(database_url: str) -> None:
     import pymysql
 

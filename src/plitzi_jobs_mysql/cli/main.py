@@ -8,6 +8,8 @@
     plitzi-jobs-mysql jobs cancel-all|retry-all --space N [--action A] [--status dead] [--dry-run] [--yes]
                                                              every job of a space (or action): counts, and
                                                              refuses without --yes
+    plitzi-jobs-mysql pause|resume --space N [--action A]   claims skip (again take) the space's or action's jobs
+    plitzi-jobs-mysql paused --space N                       what is paused there, and since when
     plitzi-jobs-mysql schedules list [--space N]             by space and action; --limit, --offset
     plitzi-jobs-mysql stats [--space N]                      per space and action: counts by status, the oldest
                                                              due job's age, lapsed leases
@@ -62,6 +64,7 @@ from .dashboard import add_parser as add_dashboard_parser
 from .jobs import cmd_jobs_cancel, cmd_jobs_list, cmd_jobs_retry, cmd_jobs_show, cmd_schedules_list
 from .limits import add_parser as add_limits_parser
 from .output import print_json, scope, table, when
+from .pauses import add_parsers as add_pause_parsers
 
 __all__ = ["main"]
 
@@ -324,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--verify", action="store_true", help="also recount every job: report drift of the kept totals (exit 1)"
     )
     stats.set_defaults(func=cmd_stats)
+    add_pause_parsers(commands, common, _space_id)
     add_dashboard_parser(commands, conn, _space_id)
     add_limits_parser(commands, [common], _space_id)
     return parser

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from ..records import SucceededJob
+from ..records import PausedAction, SucceededJob
 from .wakeups import WakeupChannel
 
 
@@ -46,6 +46,25 @@ class BulkOperations(Protocol):
 
     async def retry_all(self, *, space_id: int, action_id: str | None = None, status: str = "dead") -> int:
         """Every job finished in `status` -> pending (as `requeue`); answers how many changed."""
+        ...
+
+
+@runtime_checkable
+class Pausing(Protocol):
+    """A queue whose claims skip the pending jobs of a paused space or action (API.md Extensions)."""
+
+    async def pause(self, *, space_id: int, action_id: str | None = None) -> None:
+        """Claims stop taking the scope's jobs (action_id None: the whole space's); running ones finish and
+        settle, enqueues and schedules go on (their jobs wait). Pausing what is paused changes nothing."""
+        ...
+
+    async def resume(self, *, space_id: int, action_id: str | None = None) -> None:
+        """That pause lifted (the whole space's does not lift an action's own); resuming what is not paused
+        changes nothing."""
+        ...
+
+    async def list_paused(self, space_ids: Sequence[int]) -> list[PausedAction]:
+        """The pauses of those spaces, by space, the whole space's first, then by action."""
         ...
 
 

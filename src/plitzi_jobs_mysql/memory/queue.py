@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..contract import validation as check
-from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
+from ..contract.capabilities import AnnouncesDueJobs, Pausing, SettlesSucceeded
 from ..contract.clock import from_epoch_ms
 from ..contract.cursor import decode_after
 from ..contract.events import Emitter, EventHook, dead_by_loss
@@ -38,6 +38,7 @@ from .limits import MemoryLimits
 from .listing import list_page
 from .operator_calls import MemoryOperatorCalls, no_connection
 from .operator_reads import MemoryOperatorReads
+from .pauses import MemoryPauseCalls
 from .schedules import MemorySchedules
 from .wall_clock import wall_clock_ms
 
@@ -47,7 +48,7 @@ _emit = Emitter(None, log)
 
 
 @dataclass
-class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
+class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls, MemoryPauseCalls):
     """A `JobQueue` in this process's memory. Build it with `create_memory_job_queue`."""
 
     retain_finished: int
@@ -59,6 +60,8 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
     # Claims read heaps rather than sorting every job (claim_order.py).
     _order: ClaimOrder = field(default_factory=ClaimOrder)
     _limits: MemoryLimits = field(default_factory=MemoryLimits)
+    _pauses: dict[tuple[int, str | None], int] = field(default_factory=dict)  # (space, action or None) -> since
+    _held: dict[str, _Row] = field(default_factory=dict)  # due jobs of a paused scope a claim set aside (pauses.py)
     #: Workers of this queue listen here; an enqueue of a due job wakes them at once.
     wakeups: WakeupChannel = field(default_factory=lambda: LOCAL_WAKEUPS)
     wakeup_topic: str = ""
@@ -167,6 +170,9 @@ class MemoryJobQueue(MemoryOperatorReads, MemoryOperatorCalls):
             if found is None:
                 break
             row, version = found
+            if self._paused(row.job):
+                self._held[row.job.id] = row  # out of the order until its resume: paused jobs cost claims nothing
+                continue
             job = row.job
             if limited and (waits := self._limits.refuses(job, limited, at, self._holds)):
                 refused.append((row, version))  # over its limit: waits as it was, for a later claim
@@ -347,3 +353,4 @@ if TYPE_CHECKING:  # mypy checks the memory queue keeps the contract's Protocol 
     _queue: JobQueue = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
     _batches: SettlesSucceeded = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
     _announces: AnnouncesDueJobs = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)
+    _pausing: Pausing = MemoryJobQueue(retain_finished=0, clock=wall_clock_ms)

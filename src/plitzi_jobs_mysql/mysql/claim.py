@@ -16,6 +16,7 @@ from ..contract.limits import limits_arg
 from ..records import LOST_ERROR, ActionLimit, Job
 from .claim_values import DIED, LOST, WON, Candidate
 from .limits import LimitedClaims, Plan
+from .pause_calls import PAUSES_FROM, PAUSES_TO, pause_statements_for
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
 from .session import Connection, as_text, is_conflict
@@ -36,6 +37,8 @@ CAS_IN_FLIGHT = 8
 # Due priorities read in one statement (a UNION ALL of one index range each); more are read only when these
 # hold fewer jobs than the claim wants.
 PRIORITIES_PER_READ = 8
+# Reads of one claim's candidates that met jobs of a paused scope (marked held, so the next read is past them).
+MAX_HOLD_REREADS = 3
 
 
 def _candidate(row: Sequence[Any]) -> Candidate:
@@ -72,10 +75,29 @@ class ClaimCalls(LimitedClaims, QueueCore):
         up to `limit` lapsed leases, in claim order: priority, then oldest run_at."""
         with_lapsed = self._lapsed_read_due(now, lease_ms)
         sql = self._sql
+        pauses = pause_statements_for(self._store.prefix)
 
         async def read(conn: Connection) -> list[Candidate]:
-            rows = await conn.fetch(sql.due_priorities, (now,))
-            priorities = sorted(int(row[0]) for row in rows)
+            for attempt in range(MAX_HOLD_REREADS):
+                rows = await conn.fetch(sql.due_priorities, (now, PAUSES_FROM, PAUSES_TO))
+                found = await read_from(conn, sorted(int(row[0]) for row in rows if row[0] is not None))
+                paused = any(row[0] is None and int(row[1]) for row in rows)
+                if not (paused and found):
+                    return found
+                # Jobs of a paused scope met here are marked held, which takes them out of these reads: read again
+                # (the last time, take what is left rather than nothing, so a worker is not idle for a poll).
+                covered = [int(row[0]) for row in await conn.fetch(pauses.covered, ([c[0] for c in found],))]
+                if not covered:
+                    return found
+                due = sorted({c[3] for c in found if not c[2]})
+                if due:
+                    rows = await conn.fetch(pauses.covered_due, (due, now))
+                    covered = sorted({*covered, *(int(row[0]) for row in rows)})
+                if not await conn.write(pauses.hold, (covered,)) or attempt == MAX_HOLD_REREADS - 1:
+                    return [c for c in found if c[0] not in covered]
+            return []
+
+        async def read_from(conn: Connection, priorities: list[int]) -> list[Candidate]:
             found: list[Candidate] = []
             pending, skip = 0, offset
             lapsed = with_lapsed

@@ -61,5 +61,5 @@ class LimitSql:
         past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
         return (
             f"SELECT seq, run_at, priority, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_claim) "
-            f"WHERE status = 'pending' AND run_at <= %s AND {past} ORDER BY priority, run_at, seq LIMIT %s"
+            f"WHERE status = 'pending' AND held = 0 AND run_at <= %s AND {past} ORDER BY priority, run_at, seq LIMIT %s"
         )

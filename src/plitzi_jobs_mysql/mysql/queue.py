@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pymysql
 
 from ..contract import validation as check
-from ..contract.capabilities import AnnouncesDueJobs, SettlesSucceeded
+from ..contract.capabilities import AnnouncesDueJobs, Pausing, SettlesSucceeded
 from ..contract.events import Emitter
 from ..contract.protocols import JobQueue
 from ..contract.wakeups import WakeupChannel
@@ -19,6 +19,7 @@ from .caller_calls import CallerCalls
 from .claim import ClaimCalls
 from .operator_calls import OperatorCalls
 from .packet import BATCH_BYTES, batches, room_for_payload
+from .pause_calls import PauseCalls
 from .queue_core import log
 from .schedule_calls import ScheduleCalls
 from .session import Connection, as_text, is_conflict, is_duplicate
@@ -27,7 +28,7 @@ from .session import Connection, as_text, is_conflict, is_duplicate
 _emit = Emitter(None, log)
 
 
-class MysqlJobQueue(ClaimCalls, CallerCalls, BulkCalls, ScheduleCalls, OperatorCalls):
+class MysqlJobQueue(ClaimCalls, CallerCalls, PauseCalls, BulkCalls, ScheduleCalls, OperatorCalls):
     """A `JobQueue` in MySQL. Build it with `create_mysql_job_queue`."""
 
     # -- enqueue --------------------------------------------------------------------------------------------
@@ -281,3 +282,4 @@ if TYPE_CHECKING:  # mypy checks the MySQL queue keeps the contract's Protocol a
     _queue: JobQueue = MysqlJobQueue(None)
     _settles: SettlesSucceeded = MysqlJobQueue(None)
     _announces: AnnouncesDueJobs = MysqlJobQueue(None)
+    _pausing: Pausing = MysqlJobQueue(None)

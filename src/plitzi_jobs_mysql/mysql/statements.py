@@ -201,11 +201,11 @@ def statements_for(prefix: str) -> Statements:
     # Candidates travel as (seq, run_at, lapsed, priority).
     pending_read = (
         f"SELECT seq, run_at, 0, priority FROM {jobs} FORCE INDEX (job_claim) "
-        "WHERE status = 'pending' AND priority = %s AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s"
+        "WHERE status = 'pending' AND held = 0 AND priority = %s AND run_at <= %s ORDER BY run_at, seq LIMIT %s, %s"
     )
     lapsed_read = (
         f"SELECT seq, run_at, 1, priority FROM {jobs} FORCE INDEX (job_claim) "
-        "WHERE status = 'running' AND lease_until < %s ORDER BY priority, run_at, seq LIMIT %s"
+        "WHERE status = 'running' AND held = 0 AND lease_until < %s ORDER BY priority, run_at, seq LIMIT %s"
     )
     base = Statements(
         clock=f"SELECT {NOW_MS}",
@@ -218,19 +218,22 @@ def statements_for(prefix: str) -> Statements:
             "missed, `key`, priority, status, run_at, attempts, created_at, updated_at, history) VALUES "
         ),
         existing_job_ids=f"SELECT id FROM {jobs} WHERE id IN %s",
-        # Index-ordered reads through `job_claim` (status, priority, run_at): the OR of both statuses under one
-        # ORDER BY makes the server read and sort every due job. First the priorities that have due jobs: a loose
-        # index scan (one dive per priority, whatever the jobs), so a not-yet-due job of a lower priority is never
-        # walked. Then one pending read per such priority (UNION ALL, merged by the claim), each O(limit): the
-        # first starts at an offset, so claimers spread over the oldest jobs each take their own block (the
-        # server skips index entries cheaply; only the block crosses the wire). The lapsed read steps over every
-        # running row (their run_at orders them, not their lease), so a claim sends it only now and then
-        # (queue_core.py, LAPSED_READ_EVERY_MS); an index on lease_until would make it O(limit) but every
-        # heartbeat move an index entry (measured in bench/README.md). Only (seq, run_at, …) travel: full rows in
-        # a UNION ALL derived table once crashed MariaDB 10.11.
+        # Index-ordered reads through `job_claim` (status, held, priority, run_at), past no paused (held) job: the
+        # OR of both statuses under one ORDER BY makes the server read and sort every due job. First the
+        # priorities that have due jobs: a loose index scan (one dive per priority, whatever the jobs), so a
+        # not-yet-due job of a lower priority is never walked. Then one pending read per such priority (UNION ALL,
+        # merged by the claim), each O(limit): the first starts at an offset, so claimers spread over the oldest
+        # jobs each take their own block (the server skips index entries cheaply; only the block crosses the
+        # wire). The lapsed read steps over every running row (their run_at orders them, not their lease), so a
+        # claim sends it only now and then (queue_core.py, LAPSED_READ_EVERY_MS); an index on lease_until would
+        # make it O(limit) but every heartbeat move an index entry (measured in bench/README.md). Only (seq,
+        # run_at, …) travel: full rows in a UNION ALL derived table once crashed MariaDB 10.11. With the
+        # priorities a row (NULL, n): how many pauses there are (pause_calls.py), so a claim learns in the same
+        # round trip whether to check them.
         due_priorities=(
-            f"SELECT priority, MIN(run_at) FROM {jobs} FORCE INDEX (job_claim) "
-            "WHERE status = 'pending' AND run_at <= %s GROUP BY status, priority"
+            f"(SELECT priority, MIN(run_at) FROM {jobs} FORCE INDEX (job_claim) "
+            "WHERE status = 'pending' AND held = 0 AND run_at <= %s GROUP BY status, held, priority) UNION ALL "
+            f"(SELECT NULL, COUNT(*) FROM {kv} WHERE k >= %s AND k < %s)"
         ),
         claim_pending_candidates=pending_read,
         claim_lapsed_candidates=lapsed_read,
@@ -238,7 +241,7 @@ def statements_for(prefix: str) -> Statements:
         claim_pending=(
             f"UPDATE {jobs} {BY_SEQ} SET status = 'running', attempts = attempts + 1, worker_id = %(worker)s, "
             f"lease_until = %(lease_until)s, claimed_at = {NEXT_CLAIM}, updated_at = %(now)s "
-            "WHERE seq = %(seq)s AND status = 'pending' AND run_at <= %(now)s"
+            "WHERE seq = %(seq)s AND status = 'pending' AND held = 0 AND run_at <= %(now)s"
         ),
         # A lapsed lease is a lost attempt; past max_attempts the job is dead rather than run again, so a job
         # that kills its worker every time cannot loop forever.
@@ -263,7 +266,7 @@ def statements_for(prefix: str) -> Statements:
             # The OK packet's insert id tells a takeover (2) from a death (1) — unless a trigger's INSERT replaced
             # it (then `took_dead` reads the row): a dead job is no claim won, its slot goes to the next candidate.
             f"updated_at = IF(LAST_INSERT_ID(IF(status = 'dead', {TAKE_DIED}, {TAKE_WON})) > 0, %(now)s, %(now)s) "
-            "WHERE seq = %(seq)s AND status = 'running' AND lease_until < %(now)s"
+            "WHERE seq = %(seq)s AND status = 'running' AND held = 0 AND lease_until < %(now)s"
         ),
         took_dead=f"SELECT status = 'dead' FROM {jobs} {BY_SEQ} WHERE seq = %(seq)s",
         claimed_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE seq IN %s AND status = 'running' AND worker_id = %s",

@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
         # A failing contract shows the values it compared (also when the plugin is disabled with -p no:...).
         parts = (
             "contract", "enqueue_contract", "lease_contract", "schedule_contract", "activity_contract",
-            "clock_contract", "kv_contract", "bulk_contract", "support",
+            "clock_contract", "kv_contract", "bulk_contract", "pause_contract", "support",
         )  # fmt: skip
         pytest.register_assert_rewrite(*(f"{__name__}.{part}" for part in parts))
         from . import contract

@@ -28,6 +28,7 @@ from .clock_contract import ClockStepContract
 from .enqueue_contract import EnqueueContract
 from .kv_contract import KvContract
 from .lease_contract import LeaseContract
+from .pause_contract import PauseContract
 from .priority_contract import ClaimOrderContract, PriorityContract
 from .schedule_contract import OperatorContract, ScheduleContract
 from .support import Advance, real_time_advance
@@ -45,6 +46,7 @@ class JobQueueContract(
     ActivityContract,
     CapabilityContract,
     BulkContract,
+    PauseContract,
 ):
     """The job queue contract. Supply a `queue` fixture yielding a fresh, empty `JobQueue`."""
 

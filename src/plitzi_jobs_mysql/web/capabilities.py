@@ -10,21 +10,10 @@ and grows as the stores do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
 
-from ..contract.capabilities import BulkOperations
+from ..contract.capabilities import BulkOperations, Pausing
 from ..contract.protocols import JobQueue, OperatorReads
-
-
-@runtime_checkable
-class Pausing(Protocol):
-    async def pause(self, *, space_id: int, action_id: str | None = None) -> None: ...
-
-    async def resume(self, *, space_id: int, action_id: str | None = None) -> None: ...
-
-    async def list_paused(self, space_ids: Sequence[int]) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Job priorities: the jobs table's `priority` column and its `job_claim` index (schema step 2).
+"""Job priorities and pauses: the jobs table's `priority` and `held` columns and its `job_claim` index (schema step 2).
 
 Revision ID: 0002
 Revises: 0001

@@ -146,14 +146,19 @@ def kv_v1(name: str, version: int = 1) -> str:
 #: table and a fresh one are alike): the column after `key`, and the index a claim reads due jobs through, in
 #: claim order within each priority (`job_due` stays for the finished ranges, which are by status and run_at).
 PRIORITY_COLUMN = "`priority` TINYINT NOT NULL DEFAULT 0"
-CLAIM_INDEX = "`job_claim` (`status`, `priority`, `run_at`)"
+#: 1 while a pause covers the job (`pause`, mysql/pause_calls.py): in front of the claim index, so a claim's
+#: ranges (`held = 0`) never walk the jobs of a paused action, however many wait.
+HELD_COLUMN = "`held` TINYINT NOT NULL DEFAULT 0"
+CLAIM_INDEX = "`job_claim` (`status`, `held`, `priority`, `run_at`)"
 #: The index the totals' step adds: a space's jobs of one status, newest first (list_jobs with a status filter).
 SPACE_STATUS_RECENT = "KEY `job_space_status_recent` (`space_id`, `status`, `updated_at`)"
 
 
 def jobs_current(name: str) -> str:
     ddl = jobs_v1(name)
-    ddl = ddl.replace("  `key` VARBINARY(764) NULL,\n", f"  `key` VARBINARY(764) NULL,\n  {PRIORITY_COLUMN},\n")
+    ddl = ddl.replace(
+        "  `key` VARBINARY(764) NULL,\n", f"  `key` VARBINARY(764) NULL,\n  {PRIORITY_COLUMN},\n  {HELD_COLUMN},\n"
+    )
     ddl = ddl.replace(
         "  KEY `job_due` (`status`, `run_at`),\n", f"  KEY `job_due` (`status`, `run_at`),\n  KEY {CLAIM_INDEX},\n"
     )

@@ -28,6 +28,7 @@ from . import totals
 from .tables import (
     CLAIM_INDEX,
     CURRENT_LAYOUTS,
+    HELD_COLUMN,
     MARKER_TEXT,
     PRIORITY_COLUMN,
     SCHEMA_VERSION,
@@ -197,7 +198,7 @@ def _step_1(prefix: str) -> list[str]:
     return statements
 
 
-# -- the priorities step: `JobInput.priority` and the index claims read due jobs through ----------------------
+# -- the priorities step: `JobInput.priority`, the pause mark `held`, and the index claims read due jobs through --
 
 #: The schema version the priorities step brings the tables to (one place to renumber it).
 PRIORITIES_VERSION = 2
@@ -212,8 +213,8 @@ def _priorities_step(version: int) -> Callable[[str], list[str]]:
     def statements(prefix: str) -> list[str]:
         t = table_names(prefix)
         jobs = (
-            f"ALTER TABLE `{t.jobs}` ADD COLUMN {PRIORITY_COLUMN} AFTER `key`, ADD KEY {CLAIM_INDEX}, "
-            f"COMMENT = '{after}'"
+            f"ALTER TABLE `{t.jobs}` ADD COLUMN {PRIORITY_COLUMN} AFTER `key`, "
+            f"ADD COLUMN {HELD_COLUMN} AFTER `priority`, ADD KEY {CLAIM_INDEX}, COMMENT = '{after}'"
         )
         out = _guarded(f"{_comment(t.jobs)} = '{before}'", jobs)
         for table in (t.schedules, t.kv):
@@ -256,10 +257,13 @@ def totals_step(version: int) -> Callable[[str], list[str]]:
 
 
 def priorities_downgrade(prefix: str = "", version: int = PRIORITIES_VERSION) -> list[str]:
-    """The priorities step undone (an Alembic downgrade): the jobs' priorities are lost, nothing else."""
+    """The priorities step undone (an Alembic downgrade): the jobs' priorities and pause marks are lost, nothing
+    else (the pauses themselves are rows of the kv table, mysql/pause_calls.py)."""
     t = table_names(prefix)
     before, after = marker(version), marker(version - 1)
-    jobs = f"ALTER TABLE `{t.jobs}` DROP KEY `job_claim`, DROP COLUMN `priority`, COMMENT = '{after}'"
+    jobs = (
+        f"ALTER TABLE `{t.jobs}` DROP KEY `job_claim`, DROP COLUMN `held`, DROP COLUMN `priority`, COMMENT = '{after}'"
+    )
     statements = [f"SET @pjm_lock = {_lock_name(prefix)}", f"SET @pjm_locked = GET_LOCK(@pjm_lock, {LOCK_WAIT_S})"]
     statements += _guarded(f"{_comment(t.jobs)} = '{before}'", jobs)
     for table in (t.schedules, t.kv):
@@ -271,7 +275,7 @@ STEPS: tuple[Step, ...] = (
     Step(1, "the TypeScript original's tables (@plitzi/sdk-server 0.37.2) copied into version-1 tables", _step_1),
     Step(
         PRIORITIES_VERSION,
-        "job priorities: the `priority` column and the `job_claim` index",
+        "job priorities and pauses: the `priority` and `held` columns and the `job_claim` index",
         _priorities_step(PRIORITIES_VERSION),
     ),
     Step(
