@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
+from ..contract.readable import duration
+
+__all__ = ["Instant", "age", "duration", "in_zone", "instant"]
+
 
 @dataclass(frozen=True)
 class Instant:
@@ -29,30 +33,12 @@ def instant(ms: int | None, now: int) -> Instant | None:
 
 
 def age(ms: int, now: int) -> str:
-    """`5m 3s ago`, `in 2h 10m`, or `now`."""
+    """`5m 3s ago`, `in 2h 10m`, or `now` (within a second): durations as the CLI writes them."""
     delta = now - ms
     if abs(delta) < 1000:
         return "now"
     spoken = duration(abs(delta))
     return f"{spoken} ago" if delta > 0 else f"in {spoken}"
-
-
-def duration(ms: int) -> str:
-    """Two units at most, largest first: `850 ms`, `12.3 s`, `5m 3s`, `2h 10m`, `3d 4h`."""
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    seconds = ms // 1000
-    units = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
-    parts: list[str] = []
-    for name, size in units:
-        if seconds >= size or parts:
-            parts.append(f"{seconds // size}{name}")
-            seconds %= size
-        if len(parts) == 2:
-            break
-    return " ".join(parts)
 
 
 def in_zone(ms: int, zone: str | None) -> str:
