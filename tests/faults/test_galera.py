@@ -91,7 +91,7 @@ async def open_node_pools(database: list[str], **options: Any) -> list[Any]:
     await create_mysql_job_queue(opened[0]).now()
     await create_mysql_kv(opened[0]).get("warm")
     for url in database:
-        wait_until(lambda url=url: len(node_sql(url, "SHOW TABLES")) == 3, f"the tables on {url}")
+        wait_until(lambda url=url: len(node_sql(url, "SHOW TABLES")) == 4, f"the tables on {url}")
     return opened
 
 

@@ -109,7 +109,7 @@ async def pools(database: list[str]) -> AsyncIterator[list[Any]]:
     await create_mysql_job_queue(opened[0]).now()
     await create_mysql_kv(opened[0]).get("warm")
     for url in database:
-        wait_for(lambda url=url: len(node_sql(url, "SHOW TABLES")) == 3, f"the tables on {url}")
+        wait_for(lambda url=url: len(node_sql(url, "SHOW TABLES")) == 4, f"the tables on {url}")
     yield opened
     for pool in opened:
         pool.close()

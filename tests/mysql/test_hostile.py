@@ -544,14 +544,17 @@ def test_a_hostile_prefix_is_refused_before_any_sql(prefix: str) -> None:
 
 def test_the_longest_prefix_makes_names_the_server_accepts(database_url: str) -> None:
     from plitzi_jobs_mysql import mysql_job_schema_statements
+    from plitzi_jobs_mysql.mysql.schema.totals import totals_statements
 
     prefix = "p" * 48
     conn = pymysql.connect(**parse_mysql_url(database_url).pymysql_kwargs(), autocommit=True)
     try:
         with conn.cursor() as cur:
-            for statement in mysql_job_schema_statements(prefix):
+            for statement in [*mysql_job_schema_statements(prefix), *totals_statements(prefix)]:
                 cur.execute(statement)
             cur.execute("SHOW TABLES")
+            assert len([r for r in cur.fetchall() if r[0].startswith(prefix)]) == 4  # jobs, schedules, kv, totals
+            cur.execute("SHOW TRIGGERS")
             assert len([r for r in cur.fetchall() if r[0].startswith(prefix)]) == 3
     finally:
         conn.close()

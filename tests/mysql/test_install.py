@@ -140,7 +140,12 @@ def test_ddl_from_the_installed_command_makes_the_tables(installed: Installed, d
     _check(ddl, "plitzi-jobs-mysql ddl")
     command, env = mariadb_client(database_url)
     subprocess.run(command, input=ddl.stdout, env=env, text=True, check=True, capture_output=True, timeout=60)
-    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {"action_jobs", "action_schedules", "action_kv"}
+    assert {str(r[0]) for r in sql(database_url, "SHOW TABLES")} == {
+        "action_jobs",
+        "action_schedules",
+        "action_kv",
+        "action_totals",
+    }
     version = installed.run("plitzi-jobs-mysql", "--help")
     _check(version, "plitzi-jobs-mysql --help")
 

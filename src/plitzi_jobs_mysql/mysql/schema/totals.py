@@ -38,8 +38,9 @@ def totals_name(prefix: str = "") -> str:
 
 
 def trigger_names(prefix: str = "") -> tuple[str, str, str]:
+    # Names are at most 64 characters and a prefix may take 48: the jobs table's name (11 more) leaves 5.
     jobs = table_names(prefix).jobs
-    return (f"{jobs}_totals_ins", f"{jobs}_totals_upd", f"{jobs}_totals_del")
+    return (f"{jobs}_tins", f"{jobs}_tupd", f"{jobs}_tdel")
 
 
 def totals_table(prefix: str = "") -> str:
