@@ -36,7 +36,7 @@ async def fold_totals(conn: Connection, prefix: str, batch: int = totals.FOLD_BA
                 args: list[Any] = []
                 for (space, action, status), n in kept:
                     args += [space, action, status, n]
-                values = ", ".join(["(UUID_SHORT(), %s, %s, %s, %s)"] * len(kept))
+                values = ", ".join([f"({totals.DELTA_ID}, %s, %s, %s, %s)"] * len(kept))
                 await cur.execute(totals.fold_insert(prefix) + values, args)
             await cur.execute("COMMIT")
         except BaseException:

@@ -8,7 +8,7 @@ commit or roll back with it), and no status-changing statement has anything to c
 
 Why deltas rather than counter rows updated in place: claims run with no lock wait at all (flavour.py: a held row
 is a lost race), so a counter row that another claim's statement holds would fail claims that never collided on a
-job. An appended row takes no lock anyone else wants: its key is UUID_SHORT() (no AUTO-INC lock either, which
+job. An appended row takes no lock anyone else wants: its key is random (DELTA_ID) (no AUTO-INC lock either, which
 MariaDB's default innodb_autoinc_lock_mode = 1 takes for INSERT ... SELECT).
 
 A read sums the table; `fold` keeps it short (a bounded pass folds the oldest deltas into one row per group, in a
@@ -29,6 +29,10 @@ from .tables import check_prefix, table_names
 _OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 TOTALS_COMMENT = "plitzi_jobs_mysql job totals (deltas, folded)"
 BACKFILLED_ID = 1  # the row that says the backfill ran (status '')
+#: A delta's key: random in its high 53 bits, so cluster nodes never collide (UUID_SHORT() alone repeats across
+#: Galera nodes that share a server_id and started in one second: 1062 on a node's write), and UUID_SHORT()'s
+#: counter in the low 10, so one node's rows of one instant differ too. Integer arithmetic throughout (exact).
+DELTA_ID = "(CAST(FLOOR(RAND() * 9007199254740992) AS UNSIGNED) * 1024 + (UUID_SHORT() & 1023))"
 #: How many deltas one fold pass takes at most.
 FOLD_BATCH = 20_000
 
@@ -55,7 +59,7 @@ def totals_table(prefix: str = "") -> str:
 
 
 def _row(side: str, n: int) -> str:
-    return f"SELECT UUID_SHORT(), {side}.space_id, {side}.action_id, {side}.status, {n}"
+    return f"SELECT {DELTA_ID}, {side}.space_id, {side}.action_id, {side}.status, {n}"
 
 
 def totals_triggers(prefix: str = "") -> list[str]:
@@ -66,12 +70,12 @@ def totals_triggers(prefix: str = "") -> list[str]:
     moved = "NOT (OLD.status <=> NEW.status AND OLD.space_id <=> NEW.space_id AND OLD.action_id <=> NEW.action_id)"
     return [
         f"CREATE TRIGGER IF NOT EXISTS `{ins}` AFTER INSERT ON `{jobs}` FOR EACH ROW "
-        f"{into}VALUES (UUID_SHORT(), NEW.space_id, NEW.action_id, NEW.status, 1)",
+        f"{into}VALUES ({DELTA_ID}, NEW.space_id, NEW.action_id, NEW.status, 1)",
         # A heartbeat or a cancel request changes no status: nothing is written for it.
         f"CREATE TRIGGER IF NOT EXISTS `{upd}` AFTER UPDATE ON `{jobs}` FOR EACH ROW "
         f"{into}{_row('OLD', -1)} FROM DUAL WHERE {moved} UNION ALL {_row('NEW', 1)} FROM DUAL WHERE {moved}",
         f"CREATE TRIGGER IF NOT EXISTS `{dele}` AFTER DELETE ON `{jobs}` FOR EACH ROW "
-        f"{into}VALUES (UUID_SHORT(), OLD.space_id, OLD.action_id, OLD.status, -1)",
+        f"{into}VALUES ({DELTA_ID}, OLD.space_id, OLD.action_id, OLD.status, -1)",
     ]
 
 
@@ -85,7 +89,7 @@ def totals_backfill(prefix: str = "") -> str:
     undone = f"NOT EXISTS (SELECT 1 FROM `{totals}` WHERE delta_id = {BACKFILLED_ID})"
     return (
         f"INSERT INTO `{totals}` (delta_id, space_id, action_id, status, n) "
-        f"SELECT UUID_SHORT(), space_id, action_id, status, SUM(n) FROM ("
+        f"SELECT {DELTA_ID}, space_id, action_id, status, SUM(n) FROM ("
         f"SELECT space_id, action_id, status, COUNT(*) AS n FROM `{jobs}` WHERE {undone} "
         "GROUP BY space_id, action_id, status "
         f"UNION ALL SELECT space_id, action_id, status, -SUM(n) FROM `{totals}` WHERE status <> '' AND {undone} "
