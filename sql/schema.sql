@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS `action_kv` (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin COMMENT='plitzi_jobs_mysql schema 3';
 
 CREATE TABLE IF NOT EXISTS `action_totals` (
-  `delta_id` BIGINT UNSIGNED NOT NULL,
+  `delta_id` BINARY(16) NOT NULL,
   `space_id` BIGINT NOT NULL,
   `action_id` VARBINARY(764) NOT NULL,
   `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,

@@ -277,7 +277,7 @@ EXECUTE pjm_step;
 DEALLOCATE PREPARE pjm_step;
 
 CREATE TABLE IF NOT EXISTS `action_totals` (
-  `delta_id` BIGINT UNSIGNED NOT NULL,
+  `delta_id` BINARY(16) NOT NULL,
   `space_id` BIGINT NOT NULL,
   `action_id` VARBINARY(764) NOT NULL,
   `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,

@@ -30,6 +30,7 @@ from typing import Any
 
 import pymysql
 
+from plitzi_jobs_mysql.testing.databases import server_sessions
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import sql
@@ -167,9 +168,8 @@ class Kills(Fault):
         with conn.cursor() as cur:
             want_busy = self.rng.random() < 0.8
             for _ in range(20 if want_busy else 1):  # a statement in flight is a moment: look again for one
-                cur.execute("SELECT id, command FROM information_schema.processlist WHERE user = %s", (PACKAGE_USER,))
-                sessions = list(cur.fetchall())
-                busy = [s for s in sessions if s[1] != "Sleep"]
+                sessions = server_sessions(cur, "USER = %s", (PACKAGE_USER,))
+                busy = [s for s in sessions if s[3] != "Sleep"]
                 if busy:
                     break
             if not sessions:

@@ -14,7 +14,7 @@ import pymysql
 
 from ..url import MysqlUrl, parse_mysql_url
 
-__all__ = ["connect", "fresh_database"]
+__all__ = ["connect", "fresh_database", "server_sessions"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,24 @@ def connect(url: MysqlUrl | str, **extra: Any) -> pymysql.connections.Connection
         conn.close()
         raise
     return conn
+
+
+def server_sessions(cur: Any, where: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """``(id, user, db, command)`` of the server's sessions matching ``where`` (columns ID, USER, DB, COMMAND).
+
+    MySQL 8.0.22+ reads performance_schema.processlist: its information_schema.PROCESSLIST converts every
+    session's statement text to utf8mb3 even when only other columns are asked for, and fails (3854) on a
+    statement holding bytes that are not UTF-8 (a binary kv key). MariaDB has only information_schema's."""
+    columns = "ID, USER, DB, COMMAND"
+    for table in ("performance_schema.processlist", "information_schema.PROCESSLIST"):
+        try:
+            cur.execute(f"SELECT {columns} FROM {table} WHERE {where}", args)
+        except pymysql.err.MySQLError as exc:
+            if exc.args and exc.args[0] in (1142, 1146) and table.startswith("performance"):
+                continue  # no such table (MariaDB, performance_schema off) or no right to it
+            raise
+        return [tuple(row) for row in cur.fetchall()]
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
@@ -79,11 +97,7 @@ def _drop_database(server: MysqlUrl, name: str) -> None:
                     if attempt == 2:
                         raise
                     logger.warning("DROP DATABASE %s waited too long (%s); ending its sessions", name, exc)
-                    cur.execute(
-                        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()",
-                        (name,),
-                    )
-                    for (thread_id,) in cur.fetchall():
+                    for thread_id, *_ in server_sessions(cur, "DB = %s AND ID <> CONNECTION_ID()", (name,)):
                         with contextlib.suppress(pymysql.err.MySQLError):
                             cur.execute(f"KILL {int(thread_id)}")
     finally:

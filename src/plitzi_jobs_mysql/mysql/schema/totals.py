@@ -8,12 +8,12 @@ commit or roll back with it), and no status-changing statement has anything to c
 
 Why deltas rather than counter rows updated in place: claims run with no lock wait at all (flavour.py: a held row
 is a lost race), so a counter row that another claim's statement holds would fail claims that never collided on a
-job. An appended row takes no lock anyone else wants: its key is random (DELTA_ID) (no AUTO-INC lock either, which
+job. An appended row takes no lock anyone else wants: its key is a UUID (DELTA_ID) (no AUTO-INC lock either, which
 MariaDB's default innodb_autoinc_lock_mode = 1 takes for INSERT ... SELECT).
 
 A read sums the table; `fold` keeps it short (a bounded pass folds the oldest deltas into one row per group, in a
-transaction under READ COMMITTED, so no gap lock stops the triggers' inserts meanwhile). The row with delta_id 1 and an
-empty status records that the backfill ran.
+transaction under READ COMMITTED, so no gap lock stops the triggers' inserts meanwhile). The row with delta_id
+0x00…01 and an empty status records that the backfill ran.
 
 The trigger bodies are single statements (no `;` inside, so the `mariadb`/`mysql` client runs sql/*.sql as is).
 Creating triggers needs the TRIGGER privilege and, on a server that writes a binary log, SUPER (or
@@ -28,11 +28,13 @@ from .tables import check_prefix, table_names
 
 _OPTIONS = "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
 TOTALS_COMMENT = "plitzi_jobs_mysql job totals (deltas, folded)"
-BACKFILLED_ID = 1  # the row that says the backfill ran (status '')
-#: A delta's key: random in its high 53 bits, so cluster nodes never collide (UUID_SHORT() alone repeats across
-#: Galera nodes that share a server_id and started in one second: 1062 on a node's write), and UUID_SHORT()'s
-#: counter in the low 10, so one node's rows of one instant differ too. Integer arithmetic throughout (exact).
-DELTA_ID = "(CAST(FLOOR(RAND() * 9007199254740992) AS UNSIGNED) * 1024 + (UUID_SHORT() & 1023))"
+BACKFILLED_ID = "X'00000000000000000000000000000001'"  # the row that says the backfill ran (status '')
+#: A delta's key: a time-based UUID per row (the server's clock, node and a clock sequence drawn at its start), so
+#: rows stay distinct across the nodes of a cluster and within one statement. Not UUID_SHORT() (it repeats across
+#: Galera nodes that share a server_id and started in one second: 1062) nor RAND() (MySQL replays one RAND()
+#: sequence in every trigger call of a statement, as the binary log must reproduce it: a 20,000-row INSERT ...
+#: SELECT hit 1062).
+DELTA_ID = "UNHEX(REPLACE(UUID(), '-', ''))"
 #: How many deltas one fold pass takes at most.
 FOLD_BATCH = 20_000
 
@@ -49,7 +51,7 @@ def trigger_names(prefix: str = "") -> tuple[str, str, str]:
 
 def totals_table(prefix: str = "") -> str:
     return f"""CREATE TABLE IF NOT EXISTS `{totals_name(prefix)}` (
-  `delta_id` BIGINT UNSIGNED NOT NULL,
+  `delta_id` BINARY(16) NOT NULL,
   `space_id` BIGINT NOT NULL,
   `action_id` VARBINARY(764) NOT NULL,
   `status` VARCHAR(9) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
