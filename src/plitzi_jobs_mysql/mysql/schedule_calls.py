@@ -60,6 +60,7 @@ class ScheduleCalls(QueueCore):
                     ]
                 )
             values = ", ".join([self._sql.upsert_schedule_values] * len(incoming))
+            await self._store.ready()  # the upsert's form is the server's (first use reads the flavour)
             upsert = self._sql.upsert_schedules_aliased if self._store.flavour.row_alias else self._sql.upsert_schedules
             steps.append((upsert.format(values=values), args))
         else:

@@ -28,7 +28,7 @@ async def fold_totals(conn: Connection, prefix: str, batch: int = totals.FOLD_BA
         await cur.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
         await cur.execute("START TRANSACTION")
         try:
-            await cur.execute(totals.fold_delete(prefix), ([bytes(row[0]) for row in rows],))
+            await cur.execute(totals.fold_delete(prefix, [bytes(row[0]) for row in rows]))
             if int(cur.rowcount) != len(rows):
                 await cur.execute("ROLLBACK")  # another pass folded some of them
                 return 0

@@ -178,8 +178,11 @@ def fold_candidates(prefix: str) -> str:
     return f"SELECT delta_id, space_id, action_id, status, n FROM `{totals_name(prefix)}` WHERE status <> '' LIMIT %s"
 
 
-def fold_delete(prefix: str) -> str:
-    return f"DELETE FROM `{totals_name(prefix)}` WHERE delta_id IN %s"
+def fold_delete(prefix: str, delta_ids: list[bytes]) -> str:
+    # Keys as hex literals: the driver would send bytes in a list as a text literal (a warning per key on
+    # MySQL, "Invalid utf8mb4 character string"), and hex digits need no escaping.
+    keys = ", ".join(f"X'{key.hex()}'" for key in delta_ids)
+    return f"DELETE FROM `{totals_name(prefix)}` WHERE delta_id IN ({keys})"
 
 
 def fold_insert(prefix: str) -> str:
