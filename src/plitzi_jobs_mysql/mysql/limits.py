@@ -338,9 +338,9 @@ class LimitedClaims(QueueCore):
         injected = isinstance(self._clock, InjectedClock)
         instant = "%s" if injected else NOW_MS
         given = (at,) if injected else ()
-        prefix = self._store.flavour.claim_prefix
 
         async def cas(conn: Connection) -> int:
+            prefix = self._store.flavour.claim_prefix  # read in the call: first use learns the server's
             if old is None:
                 return await conn.write(sql.insert_start(instant), (key, *given), prefix=prefix)
             return await conn.write(sql.take_start(instant), (*given, key, old, *given, per_ms), prefix=prefix)
@@ -350,9 +350,9 @@ class LimitedClaims(QueueCore):
     async def _cas_row(self, row: Entry, value: str) -> bool:
         key, old = row
         sql = self._limits_sql()
-        prefix = self._store.flavour.claim_prefix
 
         async def cas(conn: Connection) -> int:
+            prefix = self._store.flavour.claim_prefix
             if old is None:
                 return await conn.write(sql.insert(), (key, value), prefix=prefix)
             return await conn.write(sql.take(), (value, key, old), prefix=prefix)

@@ -31,9 +31,8 @@ TOTALS_COMMENT = "plitzi_jobs_mysql job totals (deltas, folded)"
 BACKFILLED_ID = "X'00000000000000000000000000000001'"  # the row that says the backfill ran (status '')
 #: A delta's key: a time-based UUID per row (the server's clock, node and a clock sequence drawn at its start), so
 #: rows stay distinct across the nodes of a cluster and within one statement. Not UUID_SHORT() (it repeats across
-#: Galera nodes that share a server_id and started in one second: 1062) nor RAND() (MySQL replays one RAND()
-#: sequence in every trigger call of a statement, as the binary log must reproduce it: a 20,000-row INSERT ...
-#: SELECT hit 1062).
+#: Galera nodes that share a server_id and started in one second: 1062) nor RAND() (on MySQL 9.7 a 20,000-row
+#: INSERT ... SELECT hit 1062 with RAND() in the high bits: its values repeat across a statement's trigger calls).
 DELTA_ID = "UNHEX(REPLACE(UUID(), '-', ''))"
 #: How many deltas one fold pass takes at most.
 FOLD_BATCH = 20_000
