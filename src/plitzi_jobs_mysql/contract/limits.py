@@ -11,7 +11,8 @@
 - A group is one (space, action) or, with `by_key`, one (space, action, job key); jobs without a key share one
   group. Both the concurrency and the rate count per group.
 - Concurrency: a claim takes one of the group's `concurrency` slots with the job, before the job's own
-  compare-and-set, and the settle gives it back. A slot holder that is no longer `running` under a live lease (by
+  compare-and-set, and the settle frees it (the MySQL store: by the job's state, with no write of its own, but for
+  a retry, which gives it back). A slot holder that is no longer `running` under a live lease (by
   that worker) frees the slot by itself: a killed worker's slot comes back when its job's lease lapses. A slot
   taken for a job whose compare-and-set then lost is given back at once.
 - Rate: every start of a group's job is an instant in a ring of `rate` entries; a start takes an entry only when

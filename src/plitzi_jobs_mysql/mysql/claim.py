@@ -15,7 +15,9 @@ from ..contract.events import Emitter, EventHook, dead_by_loss
 from ..contract.limits import limits_arg
 from ..records import LOST_ERROR, ActionLimit, Job
 from .claim_values import DIED, LOST, WON, Candidate
-from .limits import LimitedClaims, Plan
+from .limit_statements import with_groups
+from .limit_takes import Plan
+from .limits import LimitedClaims
 from .pause_calls import PAUSES_FROM, PAUSES_TO, pause_statements_for
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
@@ -70,12 +72,21 @@ class ClaimCalls(LimitedClaims, QueueCore):
             await self._purge_if_due(now)
         return await self._claim(worker_id, lease_ms, limit, now, plan)
 
-    async def _candidates(self, limit: int, now: int, offset: int, lease_ms: int) -> list[Candidate]:
+    async def _candidates(
+        self, limit: int, now: int, offset: int, lease_ms: int, plan: Plan | None = None
+    ) -> list[Candidate]:
         """Up to 2 × limit pending jobs (the first due priority's from `offset` on) and, when `_lapsed_read_due`,
-        up to `limit` lapsed leases, in claim order: priority, then oldest run_at."""
+        up to `limit` lapsed leases, in claim order: priority, then oldest run_at. With limits (a plan), each is
+        read with its group."""
         with_lapsed = self._lapsed_read_due(now, lease_ms)
         sql = self._sql
         pauses = pause_statements_for(self._store.prefix)
+        pending_read, lapsed_read = sql.claim_pending_candidates, sql.claim_lapsed_candidates
+        if plan is not None:
+            pending_read, lapsed_read = with_groups(pending_read), with_groups(lapsed_read)
+
+        def parse(rows: Sequence[Sequence[Any]]) -> list[Candidate]:
+            return [_candidate(row) for row in rows] if plan is None else self._grouped(rows)
 
         async def read(conn: Connection) -> list[Candidate]:
             for attempt in range(MAX_HOLD_REREADS):
@@ -109,15 +120,15 @@ class ClaimCalls(LimitedClaims, QueueCore):
                 size = PRIORITIES_PER_READ
                 parts, args = [], []
                 for priority in chunk:
-                    parts.append(sql.claim_pending_candidates)
+                    parts.append(pending_read)
                     args += [priority, now, skip, 2 * limit - pending]
                     skip = 0
                 if lapsed:
-                    parts.append(sql.claim_lapsed_candidates)
+                    parts.append(lapsed_read)
                     args += [now, limit]
                     lapsed = False
                 statement = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({part})" for part in parts)
-                read = [_candidate(row) for row in await conn.fetch(statement, tuple(args))]
+                read = parse(await conn.fetch(statement, tuple(args)))
                 pending += sum(1 for c in read if not c[2])
                 found += read
             return found
@@ -127,8 +138,8 @@ class ClaimCalls(LimitedClaims, QueueCore):
         if short and not with_lapsed:
             # The backlog ran out since the last claim: lapsed leases are what is left to take, so look now
             # rather than at the next poll.
-            rows = await self._store.run(lambda conn: conn.fetch(sql.claim_lapsed_candidates, (now, limit)))
-            candidates += [_candidate(row) for row in rows]
+            rows = await self._store.run(lambda conn: conn.fetch(lapsed_read, (now, limit)))
+            candidates += parse(rows)
             with_lapsed = True
         if with_lapsed:
             self._lapsed_read_at = now
@@ -187,9 +198,9 @@ class ClaimCalls(LimitedClaims, QueueCore):
         # One claimer takes the oldest jobs strictly in order (spread 1, offset 0). A claimer that loses
         # compare-and-sets starts its read at a random block among the oldest `spread` blocks instead.
         offset = random.randrange(self._spread) * limit
-        candidates = await self._candidates(limit, now, offset, lease_ms)
+        candidates = await self._candidates(limit, now, offset, lease_ms, plan)
         if len(candidates) < limit and offset:
-            candidates = await self._candidates(limit, now, 0, lease_ms)  # the backlog is shorter than the spread
+            candidates = await self._candidates(limit, now, 0, lease_ms, plan)  # the backlog is shorter than the spread
         candidates = await self._within_limits(candidates, limit, now, plan)
         started = time.monotonic_ns()
         won: list[int] = []
@@ -209,9 +220,15 @@ class ClaimCalls(LimitedClaims, QueueCore):
             while waiting and len(won) < limit and failure is None and len(died) == dead_before:
                 batch = waiting[: min(limit - len(won), self._cas_room())]
                 del waiting[: len(batch)]
+                try:
+                    at = self._won_at(now, started)
+                    taken = await self._take_limited(plan, [c[0] for c in batch], at, lease_ms, worker_id)
+                except Exception as error:  # rows taken before it free themselves within a lease
+                    failure = error
+                    break
                 results = await asyncio.gather(
                     *(
-                        self._take_within(plan, seq, lapsed, worker_id, lease_ms, now, started)
+                        self._take_within(plan, taken.get(seq), seq, lapsed, worker_id, lease_ms, now, started)
                         for seq, _run_at, lapsed, _ in batch
                     ),
                     return_exceptions=True,
@@ -233,14 +250,14 @@ class ClaimCalls(LimitedClaims, QueueCore):
                 rereads += 1
                 if plan is not None:
                     plan.refused.clear()  # a death gave its limit slot back: groups refused before may fit now
-                candidates = await self._candidates(limit, now, 0, lease_ms)
+                candidates = await self._candidates(limit, now, 0, lease_ms, plan)
                 candidates = await self._within_limits(candidates, limit, now, plan)
                 continue
             # Every candidate lost to other claimers, but more were there: read once more rather than leave a
             # worker idle for a whole poll while jobs wait.
             if won or attempt > rereads or len(candidates) < 2 * limit:
                 break
-            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms)
+            candidates = await self._candidates(limit, now, random.randrange(self._spread) * limit, lease_ms, plan)
             candidates = await self._within_limits(candidates, limit, now, plan)
         self._adapt_spread(lost)
         if failure is not None:

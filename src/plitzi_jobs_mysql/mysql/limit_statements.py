@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .schema.tables import table_names
 
 #: A slot's value once given back: no job, no reservation.
 FREE = "0 0 -"
+
+
+@functools.lru_cache(maxsize=64)
+def with_groups(candidates_read: str) -> str:
+    """A claim's read of candidates that also reads each one's group (and id), so that a claim with limits needs
+    no read of its own for them: the row is looked up by the read anyway."""
+    return candidates_read.replace(", priority FROM", ", priority, space_id, action_id, `key`, id FROM")
 
 
 @dataclass
@@ -24,13 +32,29 @@ class LimitSql:
         return f"SELECT seq, space_id, action_id, `key`, id FROM {self.jobs} WHERE seq IN %s"
 
     def rows(self, ranges: int) -> str:
+        # A slot is held while its job is unfinished and either the reservation (`until`, which covers the moment
+        # between the slot's write and the job's) has not passed, or the job runs under a live lease of the worker
+        # that took the slot. So a settle to a final status frees the slot by itself, with no write of its own.
         where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
         return (
             f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL FROM {self.kv} s LEFT JOIN {self.jobs} j "
-            "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status = 'running' "
-            "AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)) "
+            "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status IN ('pending', 'running') "
+            "AND (CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(s.v, ' ', 2), ' ', -1) AS SIGNED) >= %s "
+            "OR (j.status = 'running' AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)))) "
             f"WHERE {where}"
         )
+
+    def take_many(self, count: int) -> str:
+        # Many slots in one statement: rows are locked in key order (a range over the primary key), as the
+        # give-back's are, so two such statements never wait on each other in a cycle.
+        cases = " ".join(["WHEN UNHEX(%s) THEN %s"] * count)
+        keys = ", ".join(["UNHEX(%s)"] * count)
+        guards = " OR ".join(["(k = UNHEX(%s) AND v = %s)"] * count)
+        return f"UPDATE {self.kv} SET v = CASE k {cases} END WHERE k IN ({keys}) AND ({guards})"
+
+    def values_of(self, count: int) -> str:
+        keys = ", ".join(["UNHEX(%s)"] * count)
+        return f"SELECT HEX(k), v FROM {self.kv} WHERE k IN ({keys})"
 
     def take(self) -> str:
         return f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
@@ -60,6 +84,6 @@ class LimitSql:
     def pending_past(self, groups: int) -> str:
         past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
         return (
-            f"SELECT seq, run_at, priority, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_claim) "
+            f"SELECT seq, run_at, 0, priority, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_claim) "
             f"WHERE status = 'pending' AND held = 0 AND run_at <= %s AND {past} ORDER BY priority, run_at, seq LIMIT %s"
         )

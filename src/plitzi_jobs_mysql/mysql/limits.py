@@ -5,19 +5,22 @@ key is UTF-8 text, and 0xFF never occurs in UTF-8), so no schema step was needed
 `FF | 16 bytes of SHA-256(group) | 'c' or 'r' | 7-digit number`:
 
 - `c` n: concurrency slot n < `concurrency`, valued `seq until worker_hex` ('0 0 -' when given back). A slot is
-  free when its holder (job `seq`, held by worker `worker_hex`) is not `running` under a live lease, AND `until`
-  (the taking claim's instant + lease) has passed: the second covers the moment between taking the slot and the
-  job's own compare-and-set, and a claimer killed in between (the slot comes back after one lease).
+  held while its job `seq` is unfinished and either `until` (the taking claim's instant + lease) has not passed or
+  the job is `running` under a live lease of worker `worker_hex`. `until` covers the moment between taking the slot
+  and the job's own compare-and-set, and a claimer killed in between (the slot comes back after one lease); the
+  job's own state does the rest, so a settle to a final status frees its slot with no write (a retry, whose job
+  is pending again, gives it back).
 - `r` n: rate entry n < `rate`, valued the instant of the start it recorded; a start takes the oldest entry that
   is at least `per_ms` old. So any `per_ms` window holds at most `rate` recorded starts (two starts sharing an
   entry are at least `per_ms` apart).
 
 A claim with limits reads its candidates' (space, action, key) and the groups' rows in two reads, plans which
-candidates fit, and for each one takes a slot and a rate entry (each an UPDATE guarded by the value it read, or
-the INSERT of a missing row, which a duplicate key loses) before the job's own compare-and-set; a slot whose job
-was then lost is given back at once. Never a lock held across statements, never two rows in one statement: no
-deadlock, and on Galera/Group Replication a lost certification is a lost race like any other. The settle gives
-the slot back (best effort: a slot whose give-back was lost frees itself once its job is no longer running).
+candidates fit, and takes their slots in one UPDATE, each row guarded by the value it read (the INSERT of a
+missing row, which a duplicate key loses; when fewer rows changed than were asked for, a read tells which are
+ours, as every value taken is unique), then a rate entry per job, before the jobs' own compare-and-sets; a slot
+whose job was then lost is given back at once. Never a lock held across statements, and rows of one statement are
+locked in key order: no deadlock, and on Galera/Group Replication a lost certification is a lost race like any
+other. The write a never-binding limit adds is one per claim, not two per job (bench/limits.py measures it).
 
 When every candidate read belongs to a saturated group, the claim reads again past those groups (their jobs
 excluded by space and action): it steps over their waiting rows in the `job_claim` index, so the cost of that
@@ -29,24 +32,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pymysql
-
 from ..contract import validation as check
-from ..contract.clock import InjectedClock
-from ..contract.events import EventHook, limit_reached
+from ..contract.events import limit_reached
 from ..contract.events import limited as limited_event
 from ..contract.limits import Group, LimitUsage, group_of
 from ..records import ActionLimit
-from .claim_values import LOST, WON, Candidate
-from .limit_statements import FREE, LimitSql
-from .queue_core import log
+from .claim_values import DIED, LOST, WON, Candidate
+from .limit_statements import FREE
+from .limit_takes import Entry, LimitTakes, Plan
 from .rows import job_columns
-from .session import Connection, as_text, is_conflict, is_duplicate
-from .statements import NOW_MS
+from .session import Connection, as_text
 
 if TYPE_CHECKING:
     from .queue_core import QueueCore
@@ -74,7 +72,7 @@ def _free_slots(group: Group, count: int, need: int, present: dict[str, tuple[st
     for number in range(count):
         key = _row_key(group, "c", number)
         row = present.get(key)
-        if row is None or _slot_free(*row, now):
+        if row is None or _slot_free(row[1]):
             free.append((key, None if row is None else row[0]))
             if len(free) >= need:
                 break
@@ -103,38 +101,8 @@ def _free_entries(
     return (missing + [entry for _at, entry in sorted(old)])[:need]
 
 
-#: (key as hex, the value read, or None: the row does not exist yet).
-Entry = tuple[str, str | None]
-
-
-@dataclass
-class Plan:
-    """What one claim may take: per admitted candidate seq, the slot and the rate entry it will try."""
-
-    limits: Mapping[str, ActionLimit]
-    takes: dict[int, tuple[Entry | None, Entry | None]] = field(default_factory=dict)
-    per_ms: dict[int, int] = field(default_factory=dict)
-    refused: dict[Group, bool] = field(default_factory=dict)  # group -> whether it is one key's (by_key)
-    #: The slots taken for jobs this claim won, until the claim's read-back names their jobs.
-    held: dict[int, list[Entry]] = field(default_factory=dict)
-    #: Told of each due job left waiting, with the limit it is at (the worker's `limited` events).
-    on_limited: EventHook | None = None
-
-
-class LimitedClaims(QueueCore):
+class LimitedClaims(LimitTakes):
     """Mixed into `MysqlJobQueue`: plans a claim's candidates within their limits, takes and gives back slots."""
-
-    _limit_holds: dict[str, list[Entry]]
-    _limit_sql: LimitSql
-    _job_groups: dict[int, tuple[int, str, str | None, str]]  # seq -> (space_id, action_id, key, id)
-    _job_groups_since: int
-
-    def _limits_sql(self) -> LimitSql:
-        if "_limit_sql" not in self.__dict__:
-            self._limit_sql = LimitSql.for_prefix(self._store.prefix)
-            self._limit_holds = {}
-            self._job_groups, self._job_groups_since = {}, 0
-        return self._limit_sql
 
     async def _plan(
         self, candidates: list[Candidate], limits: Mapping[str, ActionLimit], now: int, plan: Plan
@@ -167,23 +135,15 @@ class LimitedClaims(QueueCore):
         if not limited:
             return candidates
         groups = {group: limit for group, limit in limited.values()}
-        ranges: list[str] = []
-        for group, limit in groups.items():
-            for kind, count in (("c", limit.concurrency), ("r", limit.rate), ("m", 1)):
-                if count is not None:
-                    ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
-        rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, *ranges)))
-        present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
-        await self._note_limits(groups, present)
         need: dict[Group, int] = {}
         for group, _limit in limited.values():
             need[group] = need.get(group, 0) + 1
-        free: dict[tuple[Group, str], list[Entry]] = {}
-        for group, limit in groups.items():
-            if limit.concurrency is not None:
-                free[(group, "c")] = _free_slots(group, limit.concurrency, need[group], present, now)
-            if limit.rate is not None:
-                free[(group, "r")] = _free_entries(group, limit, need[group], present, now)
+        free = self._pooled(groups, need, plan.want)
+        pooled = free is not None
+        if free is None:  # not every group's slots are at hand: read them
+            free = await self._read_free(groups, need, now)
+        else:
+            plan.pooled.update(limited)
         admitted = []
         for candidate in candidates:
             seq = candidate[0]
@@ -194,6 +154,8 @@ class LimitedClaims(QueueCore):
             slots = free.get((group, "c"), [])
             ring = free.get((group, "r"), [])
             full = limit.concurrency is not None and not slots
+            if full and pooled:
+                continue  # the claim wants no more of this group than the pool held: not a limit reached
             if group in plan.refused or full or (limit.rate is not None and not ring):
                 plan.refused[group] = limit.by_key
                 if plan.on_limited is not None:
@@ -206,6 +168,43 @@ class LimitedClaims(QueueCore):
             plan.per_ms[seq] = limit.per_ms
             admitted.append(candidate)
         return admitted
+
+    def _pooled(
+        self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], want: int
+    ) -> dict[tuple[Group, str], list[Entry]] | None:
+        """The slots for this claim from the queue's own pool (limit_pool.py), when each group (concurrency only,
+        its limit noted as it is) has as many there as the claim may take of it; None: the claim reads them."""
+        pool = self._slot_pool
+        for group, limit in groups.items():
+            if limit.rate is not None or limit.concurrency is None or self._noted.get(group) != _note(group, limit):
+                return None
+            below = _row_key(group, "c", limit.concurrency)
+            if pool.available(_group_prefix(group), below) < min(need[group], want):
+                return None
+        return {(group, "c"): [*pool.take(_group_prefix(group), _row_key(group, "c", limit.concurrency or 0),
+                                          min(need[group], want))] for group, limit in groups.items()}  # fmt: skip
+
+    async def _read_free(
+        self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], now: int
+    ) -> dict[tuple[Group, str], list[Entry]]:
+        """The free slots and rate entries of these groups, as the server has them now."""
+        sql = self._limits_sql()
+        ranges: list[str] = []
+        for group, limit in groups.items():
+            for kind, count in (("c", limit.concurrency), ("r", limit.rate), ("m", 1)):
+                if count is not None:
+                    ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
+        rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, now, *ranges)))
+        present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
+        await self._note_limits(groups, present)
+        free: dict[tuple[Group, str], list[Entry]] = {}
+        for group, limit in groups.items():
+            if limit.concurrency is not None:
+                free[(group, "c")] = _free_slots(group, limit.concurrency, need[group], present, now)
+                self._slot_pool.discard(key for key, _value in free[(group, "c")])
+            if limit.rate is not None:
+                free[(group, "r")] = _free_entries(group, limit, need[group], present, now)
+        return free
 
     if TYPE_CHECKING:
 
@@ -220,6 +219,7 @@ class LimitedClaims(QueueCore):
         if plan is None:
             return candidates
         limits = plan.limits
+        plan.want = limit
         full = len(candidates) >= 2 * limit
         admitted = await self._plan(candidates, limits, now, plan)
         for _round in range(2):
@@ -232,27 +232,32 @@ class LimitedClaims(QueueCore):
         return admitted
 
     async def _take_within(
-        self, plan: Plan | None, seq: int, lapsed: int, worker_id: str, lease_ms: int, now: int, started: int
-    ) -> int:
-        """`_take`, after the slot and the rate entry the plan gave the job (a limited one); a slot is given back
-        when the job itself is lost, or died rather than ran (a death spends no slot)."""
-        try:
-            held = await self._take_rows(plan, seq, self._won_at(now, started), lease_ms, worker_id)
-        except _Lost:
+        self, plan: Plan | None, held: list[Entry] | None, seq: int, lapsed: int, worker_id: str, lease_ms: int,
+        now: int, started: int,
+    ) -> int:  # fmt: skip
+        """`_take`, once `_take_limited` took the rows the plan gave the job (None: it lost one). A job that died
+        rather than ran spends no slot: finished, it frees the slot by itself, which goes to the pool. A slot of a
+        job lost to another claimer would count for others until its reservation passed: given back, unless it
+        came from the pool (a limit with room to spare), where it goes back with no write."""
+        if held is None:
             return LOST
         result = LOST
         try:
             result = await self._take(seq, lapsed, worker_id, lease_ms, now, started)
         finally:
-            if result == WON and plan is not None:
+            if not held or plan is None:
+                pass  # a job of no limit
+            elif result == WON:
                 plan.held[seq] = held
+            elif result == DIED or seq in plan.pooled:
+                self._slot_pool.put(held)
             else:
                 await self._give_back(held)
         return result
 
     async def _claimed(self, plan: Plan | None, rows: Sequence[Sequence[Any]]) -> None:
-        """The claim's read-back: slots of jobs it returns are held until their settle; the others (a lapsed job
-        that went dead rather than ours) are given back."""
+        """The claim's read-back: slots of jobs it returns are held until their settle; the others' (a lapsed job
+        that went dead rather than ours: finished, so its slot is free) go to the pool."""
         if plan is None:
             return
         jobs = [(int(c["seq"]), as_text(c["id"])) for c in map(job_columns, rows)]
@@ -264,16 +269,21 @@ class LimitedClaims(QueueCore):
                 holds.setdefault(job_id, []).extend(held)
         while len(holds) > MAX_HOLDS:  # jobs never settled here (their lease lapsed): their slots free themselves
             del holds[next(iter(holds))]
-        await self._give_back([entry for held in plan.held.values() for entry in held])
+        self._slot_pool.put(slot for slot, _entry in plan.takes.values() if slot is not None)  # planned, not tried
+        plan.takes.clear()
+        self._slot_pool.put(entry for held in plan.held.values() for entry in held)
 
     async def _note_limits(self, groups: Mapping[Group, ActionLimit], present: Mapping[str, tuple[str, bool]]) -> None:
         """Each group's `m` row says which limit claims work to (for `limit_usage`): written when it changed."""
         for group, limit in groups.items():
             key = _row_key(group, "m", 0)
-            # Led by "0 ", which the slot rows' join reads as no job (and casts without a warning).
-            value = "0 " + json.dumps([*group, limit.concurrency, limit.rate, limit.per_ms], ensure_ascii=False)
-            if key not in present or present[key][0] != value:
-                await self._cas_row((key, present[key][0] if key in present else None), value)
+            value = _note(group, limit)
+            if (key in present and present[key][0] == value) or await self._cas_row(
+                (key, present[key][0] if key in present else None), value
+            ):
+                self._noted[group] = value
+            else:
+                self._noted.pop(group, None)
 
     async def limit_usage(self, *, space_ids: Sequence[int] | None = None) -> list[LimitUsage]:
         """The `LimitUsage` of every group claims have worked to (of those spaces; None: all)."""
@@ -289,12 +299,12 @@ class LimitedClaims(QueueCore):
             group: Group = (space_id, action_id, key)
             ranges = [_row_key(group, "c", 0), _row_key(group, "c", concurrency or 0),
                       _row_key(group, "r", 0), _row_key(group, "r", rate or 0)]  # fmt: skip
-            rows = await self._store.run(functools.partial(_fetch, sql=sql.rows(2), args=(now, *ranges)))
+            rows = await self._store.run(functools.partial(_fetch, sql=sql.rows(2), args=(now, now, *ranges)))
             slot, start = _group_prefix(group) + "63", _group_prefix(group) + "72"
             running = started = 0
             for k, v, held in rows:
                 hex_key, text = as_text(k).lower(), as_text(v)
-                if hex_key.startswith(slot) and text != FREE and not _slot_free(text, bool(held), now):
+                if hex_key.startswith(slot) and text != FREE and not _slot_free(bool(held)):
                     running += 1
                 elif hex_key.startswith(start) and text.lstrip("-").isdigit() and int(text) > now - per_ms:
                     started += 1
@@ -308,87 +318,26 @@ class LimitedClaims(QueueCore):
         for (space_id, action_id, key), by_key in refused.items():
             args += [space_id, action_id, not by_key, key]
         statement = self._limits_sql().pending_past(len(refused))
-        rows = await self._store.run(lambda conn: conn.fetch(statement, (*args, count)))
-        for seq, _run_at, _priority, space_id, action_id, key, id_ in rows:
+        return self._grouped(await self._store.run(lambda conn: conn.fetch(statement, (*args, count))))
+
+    def _grouped(self, rows: Sequence[Sequence[Any]]) -> list[Candidate]:
+        """Candidates read with their groups (`with_groups`): the groups are kept for the plan."""
+        self._limits_sql()
+        for seq, _run_at, _lapsed, _priority, space_id, action_id, key, id_ in rows:
             text_key = None if key is None else as_text(key)
             self._job_groups[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
-        return [(int(seq), int(run_at), 0, int(priority)) for seq, run_at, priority, *_group in rows]
+        return [(int(seq), int(run_at), int(lapsed), int(priority)) for seq, run_at, lapsed, priority, *_ in rows]
 
-    async def _take_rows(self, plan: Plan | None, seq: int, at: int, lease_ms: int, worker_id: str) -> list[Entry]:
-        """The slot and rate entry of the plan for `seq`, taken; None (a lost race) when either could not be."""
-        if plan is None or seq not in plan.takes:
-            return []
-        slot, entry = plan.takes.pop(seq)
-        held: list[Entry] = []
-        if slot is not None:
-            value = f"{seq} {at + lease_ms} {worker_id.encode().hex()}"
-            if not await self._cas_row(slot, value):
-                raise _Lost
-            held.append((slot[0], value))
-        if entry is not None and not await self._take_start(entry, at, plan.per_ms[seq]):
-            await self._give_back(held)
-            raise _Lost
-        return held
-
-    async def _take_start(self, entry: Entry, at: int, per_ms: int) -> bool:
-        """A rate entry, for a start at the server's instant (at `at` under an injected clock, as in tests): the
-        claimers' own readings of the server's clock differ by their reading's error, the server's does not."""
-        sql = self._limits_sql()
-        key, old = entry
-        injected = isinstance(self._clock, InjectedClock)
-        instant = "%s" if injected else NOW_MS
-        given = (at,) if injected else ()
-
-        async def cas(conn: Connection) -> int:
-            prefix = self._store.flavour.claim_prefix  # read in the call: first use learns the server's
-            if old is None:
-                return await conn.write(sql.insert_start(instant), (key, *given), prefix=prefix)
-            return await conn.write(sql.take_start(instant), (*given, key, old, *given, per_ms), prefix=prefix)
-
-        return await self._lost_race_is_false(cas)
-
-    async def _cas_row(self, row: Entry, value: str) -> bool:
-        key, old = row
-        sql = self._limits_sql()
-
-        async def cas(conn: Connection) -> int:
-            prefix = self._store.flavour.claim_prefix
-            if old is None:
-                return await conn.write(sql.insert(), (key, value), prefix=prefix)
-            return await conn.write(sql.take(), (value, key, old), prefix=prefix)
-
-        return await self._lost_race_is_false(cas)
-
-    async def _lost_race_is_false(self, write: Callable[[Connection], Awaitable[int]]) -> bool:
-        try:
-            return bool(await self._store.run(write))
-        except pymysql.err.MySQLError as error:
-            if is_duplicate(error) or is_conflict(error):
-                return False  # another claimer made the row first, or holds it (on a cluster: lost at COMMIT)
-            raise
-
-    async def _give_back(self, held: list[Entry]) -> bool:
-        """Best effort, never raising: a slot whose give-back failed (a cut connection, a lost certification)
-        frees itself within a lease, and the claim or settle it follows must not fail for it."""
-        if not held:
-            return True
-        statement = self._limits_sql().give_back(len(held))
-        args = (*(k for k, _v in held), [v for _k, v in held])
-        try:
-            await self._store.run(lambda conn: conn.write(statement, args))
-        except Exception as error:
-            log.warning("could not give back %d limit slot(s) (they free themselves within a lease): %s", len(held),
-                        error)  # fmt: skip
-            return False
-        return True
-
-    async def _settled(self, job_ids: Sequence[str]) -> None:
-        """Gives back the slots this queue took for these jobs (their settle has run)."""
+    async def _settled(self, job_ids: Sequence[str], *, final: bool) -> None:
+        """Forgets the slots this queue took for these jobs (their settle has run): a job settled to a final status
+        frees its slot by itself (LimitSql.rows); a retried one, pending again, gives it back."""
         holds = self.__dict__.get("_limit_holds")
         if not holds:
             return
         held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
-        if held and await self._give_back(held):
+        if final:
+            self._slot_pool.put(held)  # their jobs are done: the next claim may take them without a read
+        if held and (final or await self._give_back(held)):
             # A slot came free: a worker waiting on it claims now rather than at its next poll.
             self.wakeups.notify(self.wakeup_topic)
 
@@ -397,12 +346,11 @@ async def _fetch(conn: Connection, *, sql: str, args: Sequence[Any]) -> list[tup
     return await conn.fetch(sql, args)
 
 
-class _Lost(Exception):
-    """A slot or rate entry went to another claimer first: the job is not taken by this claim."""
+def _note(group: Group, limit: ActionLimit) -> str:
+    # Led by "0 ", which the slot rows' join reads as no job (and casts without a warning).
+    return "0 " + json.dumps([*group, limit.concurrency, limit.rate, limit.per_ms], ensure_ascii=False)
 
 
-def _slot_free(value: str, held: bool, now: int) -> bool:
-    if held:
-        return False
-    parts = value.split(" ")
-    return len(parts) != 3 or not parts[1].lstrip("-").isdigit() or int(parts[1]) < now
+def _slot_free(held: bool) -> bool:
+    # Whether a slot is held is judged in the read (LimitSql.rows), on the server's instant.
+    return not held

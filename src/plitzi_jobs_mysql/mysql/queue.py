@@ -220,7 +220,7 @@ class MysqlJobQueue(ClaimCalls, CallerCalls, PauseCalls, BulkCalls, ScheduleCall
         }
         # Guarded by the holder, so running it twice after a conflict changes nothing the second time.
         await self._store.retrying(lambda conn: conn.write(self._sql.settle, args))
-        await self._settled([call.job_id])  # the slot its claim took, if any
+        await self._settled([call.job_id], final=call.status != "pending")  # the slot its claim took, if any
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which a lease may be waiting on
 
@@ -247,7 +247,7 @@ class MysqlJobQueue(ClaimCalls, CallerCalls, PauseCalls, BulkCalls, ScheduleCall
         claim = f" AND claimed_at <=> (CASE id {''.join(claims)}ELSE claimed_at END)" if claims else ""
         sql = self._sql.settle_succeeded.format(run=run, claim=claim)
         await self._store.retrying(lambda conn: conn.write(sql, args))
-        await self._settled([item.job_id for item in items])
+        await self._settled([item.job_id for item in items], final=True)
         if now >= self._next_purge_at:
             await self._purge_if_due(now)  # after the settle, which leases may be waiting on
 
