@@ -22,12 +22,12 @@ from typing import Any
 import aiomysql
 import httpx
 import pymysql
+from common import bench_url, log
 
 from plitzi_jobs_mysql import ScheduleInput, create_mysql_job_queue
 from plitzi_jobs_mysql.mysql.schema.totals import FOLD_BATCH
 from plitzi_jobs_mysql.mysql.session import Connection
 from plitzi_jobs_mysql.mysql.totals_fold import fold_totals
-from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
 from plitzi_jobs_mysql.web import create_dashboard
 
@@ -36,10 +36,6 @@ BATCH = 5_000
 ACTIONS = [f"action-{n}" for n in range(10)]
 FINISHED = ("succeeded", "succeeded", "succeeded", "dead", "cancelled")
 HISTORY = '[{"attempt": 1, "status": "succeeded", "started_at": 0, "ended_at": 0, "worker_id": "w"}]'
-
-
-def log(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def fill(url: str, finished: int, waiting: int, days: int) -> None:
@@ -149,7 +145,7 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    with mysql_server_url() as server, fresh_database(server, "bench_dash") as url:
+    with bench_url("bench_dash") as url:
         asyncio.run(_tables(url))
         log(f"filling {args.finished:,} finished + {args.waiting:,} waiting jobs")
         fill(url, args.finished, args.waiting, args.days)

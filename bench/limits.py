@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import secrets
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import aiomysql
 import pymysql
+from common import bench_url, seconds_until
 
 from plitzi_jobs_mysql import ActionLimit, create_job_worker, create_mysql_job_queue
 from plitzi_jobs_mysql.mysql.schema.state import table_names
@@ -32,20 +31,6 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 
 RIVER = "River (riverqueue/river#1145): a global concurrency limit of 40 halved throughput (ratio 0.50)"
 T = table_names("")
-
-
-@contextlib.contextmanager
-def server() -> Iterator[str]:
-    import os
-
-    env = os.environ.get("PLITZI_MYSQL_URL", "").strip()
-    if env:
-        yield env
-        return
-    from plitzi_jobs_mysql.testing.server import mysql_server_url
-
-    with mysql_server_url() as url:
-        yield url
 
 
 def jobs(action_id: str, count: int, tag: str, due_at: int = 0) -> list[JobInput]:
@@ -73,13 +58,7 @@ async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | 
             done.set()
 
     worker = create_job_worker(queue=queue, handler=handler, workers=16, limits=limits)
-    started = time.perf_counter()
-    worker.start()
-    try:
-        await asyncio.wait_for(done.wait(), 300)
-    finally:
-        await worker.stop()
-    return n / (time.perf_counter() - started)
+    return n / await seconds_until(done, worker)
 
 
 async def claims_beside(pool: Any, admin: Any, saturated: bool, claims: int) -> float:
@@ -120,15 +99,7 @@ async def utilisation(pool: Any, admin: Any, n: int, concurrency: int, run_s: fl
 
     limits = {"limited": ActionLimit(concurrency=concurrency)}
     workers = [create_job_worker(queue=q, handler=handler, workers=8, limits=limits) for q in queues]
-    started = time.perf_counter()
-    for worker in workers:
-        worker.start()
-    try:
-        await asyncio.wait_for(done.wait(), 300)
-    finally:
-        for worker in workers:
-            await worker.stop()
-    return (n * run_s / concurrency) / (time.perf_counter() - started)
+    return (n * run_s / concurrency) / await seconds_until(done, *workers)
 
 
 async def main(argv: list[str]) -> None:
@@ -138,15 +109,10 @@ async def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     reps = args.reps or (2 if args.quick else 5)
     n = 1_000 if args.quick else 3_000
-    with server() as url:
-        base = parse_mysql_url(url)
-        database = f"bench_limits_{secrets.token_hex(3)}"
-        root = pymysql.connect(**base.pymysql_kwargs(), autocommit=True)
-        with root.cursor() as cur:
-            cur.execute(f"CREATE DATABASE `{database}`")
-        kwargs = {**base.aiomysql_kwargs(), "db": database}
-        pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=24, autocommit=True)
-        admin = pymysql.connect(**{**base.pymysql_kwargs(), "database": database}, autocommit=True)
+    with bench_url("bench_limits") as url:
+        where = parse_mysql_url(url)
+        pool = await aiomysql.create_pool(**where.aiomysql_kwargs(), minsize=1, maxsize=24, autocommit=True)
+        admin = pymysql.connect(**where.pymysql_kwargs(), autocommit=True)
         try:
             await create_mysql_job_queue(pool).now()  # creates the tables
             never = {"drained": ActionLimit(concurrency=10_000)}
@@ -167,9 +133,6 @@ async def main(argv: list[str]) -> None:
             pool.close()
             await pool.wait_closed()
             admin.close()
-            with root.cursor() as cur:
-                cur.execute(f"DROP DATABASE `{database}`")
-            root.close()
     base_rate = statistics.median(rates["none"])
     print(f"\n## Fleet-wide limits ({reps} reps interleaved, medians; {n} no-op jobs per drain, workers=16)\n")
     print("| drain | jobs/s | vs no limits |\n|---|---:|---:|")

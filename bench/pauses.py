@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
 from typing import Any
 
 import aiomysql
-import pymysql
-from priorities import log, numbers, percentile
+from common import bench_url, log, numbers, open_tables, percentile, put_back
 
 from plitzi_jobs_mysql import create_mysql_job_queue
-from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, table_names
-from plitzi_jobs_mysql.mysql.session import bind
-from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
+from plitzi_jobs_mysql.mysql.schema.state import table_names
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 CLAIM_LIMIT = 10
@@ -55,29 +51,14 @@ async def claim(queue: Any, conn: Any, prefix: str, full: bool = True) -> float:
     took = (time.perf_counter() - started) * 1000
     if (full and len(jobs) != CLAIM_LIMIT) or any(job.action_id != "bench" for job in jobs):
         raise RuntimeError(f"{prefix}: a claim took {[(job.id, job.action_id) for job in jobs]}")
-    if not jobs:
-        return took
-    with conn.cursor() as cur:
-        cur.execute(
-            *bind(
-                f"UPDATE `{table_names(prefix).jobs}` SET status = 'pending', attempts = 0, worker_id = NULL, "
-                "lease_until = NULL, claimed_at = NULL WHERE id IN %s",
-                ([job.id for job in jobs],),
-            )
-        )
+    if jobs:
+        put_back(conn, prefix, jobs)
     return took
 
 
 async def run(url: str, args: argparse.Namespace) -> int:
     where = parse_mysql_url(url)
-    conn = pymysql.connect(**where.pymysql_kwargs(), autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute("SELECT VERSION(), TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000")
-        version, now = cur.fetchone()
-        for prefix in ("none_", "paused_"):
-            for statement in mysql_job_schema_statements(prefix):
-                cur.execute(statement)
-    now = int(now)
+    conn, version, now = open_tables(url, ("none_", "paused_"))
     hour = 3_600_000
     log(f"server {version}; filling {args.jobs:,} + ({args.jobs:,} and {args.paused:,} paused) jobs")
     insert(conn, "none_", "bench", args.jobs, now - hour, "b")
@@ -138,12 +119,7 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target is missed")
     args = parser.parse_args()
-    env = os.environ.get("PLITZI_MYSQL_URL", "").strip()
-    if env:
-        with fresh_database(env, "pjm_bench_pauses") as url:
-            return asyncio.run(run(url, args))
-    log("starting a throwaway server (plitzi_jobs_mysql.testing.server.mysql_server_url)")
-    with mysql_server_url() as root, fresh_database(root, "pjm_bench_pauses") as url:
+    with bench_url("pjm_bench_pauses") as url:
         return asyncio.run(run(url, args))
 
 

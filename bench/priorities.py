@@ -19,20 +19,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import sys
 import time
 from typing import Any
 
 import aiomysql
-import pymysql
+from common import bench_url, log, numbers, open_tables, percentile, put_back, seconds_until
 
 from plitzi_jobs_mysql import create_job_worker, create_mysql_job_queue
-from plitzi_jobs_mysql.mysql.schema.state import mysql_job_schema_statements, table_names
-from plitzi_jobs_mysql.mysql.session import bind
+from plitzi_jobs_mysql.mysql.schema.state import table_names
 from plitzi_jobs_mysql.records import Job
-from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 PRIORITIES = (-20, -10, 0, 10, 20)
@@ -40,18 +36,6 @@ CLAIM_LIMIT = 10
 LEASE_MS = 600_000
 CLAIM_TARGET = 1.25
 DRAIN_TARGET = 0.10
-
-
-def log(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def numbers(count: int) -> str:
-    digits = "(SELECT 0 AS d UNION ALL " + " UNION ALL ".join(f"SELECT {d}" for d in range(1, 10)) + ")"
-    places = len(str(count))
-    value = " + ".join(f"d{i}.d * {10**i}" for i in range(places))
-    tables = ", ".join(f"{digits} AS d{i}" for i in range(places))
-    return f"(SELECT {value} + 1 AS seq FROM {tables} HAVING seq <= {count}) AS numbers"
 
 
 def fill(conn: Any, prefix: str, count: int, priorities: tuple[int, ...], now: int, blocks: bool = False) -> None:
@@ -71,11 +55,6 @@ def fill(conn: Any, prefix: str, count: int, priorities: tuple[int, ...], now: i
         cur.execute(f"ANALYZE TABLE `{jobs}`")
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 async def claim_costs(pool: Any, conn: Any, prefixes: list[str], samples: int) -> dict[str, list[float]]:
     queues = {prefix: create_mysql_job_queue(pool, table_prefix=prefix) for prefix in prefixes}
     for queue in queues.values():
@@ -90,14 +69,7 @@ async def claim_costs(pool: Any, conn: Any, prefixes: list[str], samples: int) -
                 raise RuntimeError(f"{prefix}: a claim took {len(jobs)} jobs")
             if i >= 20:  # warm-up
                 times[prefix].append(took)
-            with conn.cursor() as cur:
-                cur.execute(
-                    *bind(
-                        f"UPDATE `{table_names(prefix).jobs}` SET status = 'pending', attempts = 0, worker_id = NULL, "
-                        "lease_until = NULL, claimed_at = NULL WHERE id IN %s",
-                        ([job.id for job in jobs],),
-                    )
-                )
+            put_back(conn, prefix, jobs)
     return times
 
 
@@ -116,25 +88,12 @@ async def drain(pool: Any, conn: Any, count: int, priorities: tuple[int, ...], n
         return None
 
     worker = create_job_worker(queue=queue, handler=handler, workers=16)
-    started = time.perf_counter()
-    worker.start()
-    try:
-        await asyncio.wait_for(done.wait(), 300)
-    finally:
-        await worker.stop()
-    return count / (time.perf_counter() - started)
+    return count / await seconds_until(done, worker)
 
 
 async def run(url: str, args: argparse.Namespace) -> int:
     where = parse_mysql_url(url)
-    conn = pymysql.connect(**where.pymysql_kwargs(), autocommit=True)
-    with conn.cursor() as cur:
-        cur.execute("SELECT VERSION(), TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000")
-        version, now = cur.fetchone()
-        for prefix in ("small_", "large_", "one_", "drain_"):
-            for statement in mysql_job_schema_statements(prefix):
-                cur.execute(statement)
-    now = int(now)
+    conn, version, now = open_tables(url, ("small_", "large_", "one_", "drain_"))
     log(f"server {version}; filling {args.small:,} + {args.large:,} + {args.small:,} jobs")
     fill(conn, "small_", args.small, PRIORITIES, now)
     fill(conn, "large_", args.large, PRIORITIES, now)
@@ -196,12 +155,7 @@ def main() -> int:
     parser.add_argument("--blocks", action="store_true", help="the drain's priorities in runs of seq, not in turn")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
-    env = os.environ.get("PLITZI_MYSQL_URL", "").strip()
-    if env:
-        with fresh_database(env, "pjm_bench_priorities") as url:
-            return asyncio.run(run(url, args))
-    log("starting a throwaway server (plitzi_jobs_mysql.testing.server.mysql_server_url)")
-    with mysql_server_url() as root, fresh_database(root, "pjm_bench_priorities") as url:
+    with bench_url("pjm_bench_priorities") as url:
         return asyncio.run(run(url, args))
 
 

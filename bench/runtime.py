@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiomysql
+from common import pickup_ms
 
 from plitzi_jobs_mysql import create_job_worker, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.mysql.schema.state import table_names
@@ -177,26 +178,12 @@ async def pickup_local(pool: Any, admin: Any, samples: int, rep: int) -> list[fl
     admin.run(f"TRUNCATE TABLE `{JOBS}`")
     queue = create_mysql_job_queue(pool)
     now = int((await queue.now()).timestamp() * 1000)
-    started: asyncio.Queue[float] = asyncio.Queue()
 
-    async def handler(job: Job) -> str | None:
-        started.put_nowait(time.perf_counter())
-        return None
+    async def enqueue(i: int) -> float:
+        await queue.enqueue(_job(f"pl{rep}-{i}", now - 1000))
+        return time.perf_counter()
 
-    worker = create_job_worker(queue=queue, handler=handler, workers=4)
-    worker.start()
-    out: list[float] = []
-    try:
-        await asyncio.sleep(0.2)  # the worker's first (empty) claim is over: it is idle
-        for i in range(samples):
-            await queue.enqueue(_job(f"pl{rep}-{i}", now - 1000))
-            enqueued = time.perf_counter()
-            began = await asyncio.wait_for(started.get(), 10)
-            out.append((began - enqueued) * 1000)
-            await asyncio.sleep(0.05 + 0.1 * (i % 7) / 7)  # idle again, at no fixed phase
-    finally:
-        await worker.stop()
-    return out
+    return await pickup_ms(queue, samples, enqueue, spread_s=0.1)
 
 
 def _wakeups(redis_url: str | None, prefix: str) -> Any:

@@ -19,35 +19,20 @@ else a throwaway one (plitzi_jobs_mysql.testing.server.mysql_server_url).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pymysql
+from common import bench_url
 
 from plitzi_jobs_mysql.mysql.schema.migrate import plan_migration, run_migration
-from plitzi_jobs_mysql.testing import fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests import ts_original  # noqa: E402  (the original's DDL, as the tests use it)
-
-
-@contextlib.contextmanager
-def server() -> Iterator[str]:
-    url = os.environ.get("PLITZI_MYSQL_URL", "").strip()
-    if url:
-        yield url
-        return
-    from plitzi_jobs_mysql.testing.server import mysql_server_url
-
-    with mysql_server_url() as started:
-        yield started
+from tests.harness import ts_original  # noqa: E402  (the original's DDL, as the tests use it)
 
 
 def fill(cur: pymysql.cursors.Cursor, finished: int) -> None:
@@ -96,7 +81,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--finished", type=int, default=1_000_000)
     args = parser.parse_args()
-    with server() as root, fresh_database(root, "bench_upgrade") as url:
+    with bench_url("bench_upgrade") as url:
         conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
         with conn.cursor() as cur:
             print(f"filling the original's tables with {args.finished} finished jobs", file=sys.stderr)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,8 +15,8 @@ import pytest
 from ..contract.capabilities import BulkOperations, CompletesIn
 from ..contract.protocols import JobQueue
 from ..errors import LeaseLostError
-from ..records import AttemptOutcome, Job
-from .support import claim_one, job
+from ..records import AttemptOutcome
+from .support import claim_one, job, offers, settled_fields
 
 #: Opens a transaction on the store's connection and yields it (None for a store without connections); it commits
 #: on the way out, or rolls back when the block raised.
@@ -29,18 +28,6 @@ async def no_transaction() -> AsyncIterator[None]:
     yield None
 
 
-def _offers(store: object, capability: type) -> Any:
-    if not isinstance(store, capability):
-        pytest.skip(f"the store does not offer {capability.__name__}")
-    return store
-
-
-def _settled(found: Job | None) -> tuple[Any, ...]:
-    assert found is not None
-    history = tuple(replace(a, started_at=0, ended_at=0) for a in found.history)
-    return (found.status, found.attempts, found.run_id, found.error, found.lease_until, found.worker_id, history)
-
-
 class BulkContract:
     """`cancel_all`, `retry_all` (`BulkOperations`), and `complete_in` (`CompletesIn`): a part of
     `JobQueueContract`."""
@@ -50,7 +37,7 @@ class BulkContract:
         return no_transaction
 
     async def test_cancel_all_cancels_waiting_jobs_and_asks_running_ones_to_stop(self, queue: JobQueue) -> None:
-        bulk: BulkOperations = _offers(queue, BulkOperations)
+        bulk: BulkOperations = offers(queue, BulkOperations)
         await queue.enqueue_many([job("run"), job("wait-1"), job("wait-2"), job("other", action_id="other"),
                                   job("elsewhere", space_id=2), job("later", due_at=2**42)])  # fmt: skip
         await claim_one(queue, "w")  # "run", the oldest
@@ -71,7 +58,7 @@ class BulkContract:
         assert await bulk.cancel_all(space_id=3) == 0
 
     async def test_retry_all_requeues_the_jobs_finished_in_that_status(self, queue: JobQueue) -> None:
-        bulk: BulkOperations = _offers(queue, BulkOperations)
+        bulk: BulkOperations = offers(queue, BulkOperations)
         await queue.enqueue_many([job(f"j{n}", max_attempts=1) for n in range(5)] + [job("far", space_id=2)])
         claimed = {j.id: j for j in await queue.claim(worker_id="w", lease_ms=60_000, limit=6)}
         outcomes = {"j0": "dead", "j1": "dead", "j2": "failed", "j3": "succeeded", "j4": "dead", "far": "dead"}
@@ -101,7 +88,7 @@ class BulkContract:
         assert far is not None and far.status == "dead"
 
     async def test_complete_in_writes_what_settle_writes(self, queue: JobQueue, transaction: Transaction) -> None:
-        completing: CompletesIn = _offers(queue, CompletesIn)
+        completing: CompletesIn = offers(queue, CompletesIn)
         await queue.enqueue_many([job("settled"), job("completed")])
         held = {j.id: j for j in await queue.claim(worker_id="w", lease_ms=60_000, limit=2)}
         outcome = AttemptOutcome(status="succeeded", worker_id="w", run_id="run ✓")
@@ -110,7 +97,7 @@ class BulkContract:
         async with transaction() as connection:
             await completing.complete_in(connection, job_id="completed", worker_id="w", run_id="run ✓")
         settled, completed = await queue.get_job([1], "settled"), await queue.get_job([1], "completed")
-        assert _settled(completed) == _settled(settled)
+        assert settled_fields(completed) == settled_fields(settled)
         assert completed is not None and completed.status == "succeeded" and completed.run_id == "run ✓"
         # The worker's own settle afterwards changes nothing.
         await queue.settle(job_id="completed", worker_id="w", status="succeeded", run_id="other", attempt=outcome,
@@ -120,7 +107,7 @@ class BulkContract:
     async def test_complete_in_raises_lease_lost_when_the_worker_does_not_hold_the_job(
         self, queue: JobQueue, transaction: Transaction
     ) -> None:
-        completing: CompletesIn = _offers(queue, CompletesIn)
+        completing: CompletesIn = offers(queue, CompletesIn)
         await queue.enqueue_many([job("theirs"), job("waiting", due_at=2**42)])
         await claim_one(queue, "other")
         for job_id in ("theirs", "waiting", "missing"):
@@ -139,7 +126,7 @@ class BulkContract:
         self, queue: JobQueue, transaction: Transaction
     ) -> None:
         enqueue: Any = queue  # `connection=` is an extension: a store's own may not take it
-        _offers(queue, CompletesIn)
+        offers(queue, CompletesIn)
         async with transaction() as connection:
             assert await enqueue.enqueue(job("one"), connection=connection)
             assert not await enqueue.enqueue(job("one"), connection=connection)

@@ -5,35 +5,20 @@ must write exactly what the plain calls would."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import Any
 
 import pytest
 
 from ..contract.capabilities import AnnouncesDueJobs, DeletesUnchanged, SettlesSucceeded, TakesAbsent
 from ..contract.protocols import JobQueue, KvStore
-from ..records import AttemptOutcome, Job, SucceededJob
-from .support import Advance, claim_one, eventually, job, now_ms
-
-
-def _offers(store: object, capability: type) -> Any:
-    if not isinstance(store, capability):
-        pytest.skip(f"the store does not offer {capability.__name__}")
-    return store
-
-
-def _settled(found: Job | None) -> tuple[Any, ...]:
-    """What a settle writes, with the job's own id and instants set aside."""
-    assert found is not None
-    history = tuple(replace(a, started_at=0, ended_at=0) for a in found.history)
-    return (found.status, found.attempts, found.run_id, found.error, found.lease_until, found.worker_id, history)
+from ..records import AttemptOutcome, SucceededJob
+from .support import Advance, claim_one, eventually, job, now_ms, offers, settled_fields
 
 
 class CapabilityContract:
     """`SettlesSucceeded` and `AnnouncesDueJobs` (a part of `JobQueueContract`)."""
 
     async def test_settle_succeeded_writes_what_each_jobs_settle_writes(self, queue: JobQueue) -> None:
-        batching: SettlesSucceeded = _offers(queue, SettlesSucceeded)
+        batching: SettlesSucceeded = offers(queue, SettlesSucceeded)
         run_ids = ["run-1", None, "run-3 ✓"]
         await queue.enqueue_many([job(f"{kind}-{n}") for n in range(3) for kind in ("one", "many")] + [job("theirs")])
         claimed = {j.id: j for j in await queue.claim(worker_id="w", lease_ms=60_000, limit=6)}
@@ -52,7 +37,7 @@ class CapabilityContract:
         await batching.settle_succeeded(worker_id="w", jobs=[*batch, SucceededJob(job_id="theirs", run_id="x")])
         for n in range(3):
             one, many = await queue.get_job([1], f"one-{n}"), await queue.get_job([1], f"many-{n}")
-            assert _settled(many) == _settled(one)
+            assert settled_fields(many) == settled_fields(one)
             assert many is not None and many.status == "succeeded" and many.run_id == run_ids[n]
             assert [(a.attempt, a.status, a.worker_id, a.run_id) for a in many.history] == [
                 (1, "succeeded", "w", run_ids[n])
@@ -66,7 +51,7 @@ class CapabilityContract:
     async def test_settle_succeeded_leaves_a_later_claim_of_the_same_worker_alone(
         self, queue: JobQueue, advance: Advance
     ) -> None:
-        batching: SettlesSucceeded = _offers(queue, SettlesSucceeded)
+        batching: SettlesSucceeded = offers(queue, SettlesSucceeded)
         await queue.enqueue_many([job("lapsed"), job("twice"), job("plain")])
         first = {j.id: j for j in await queue.claim(worker_id="w", lease_ms=50, limit=3)}
         await advance(51)
@@ -95,7 +80,7 @@ class CapabilityContract:
         assert found is not None and found.status == "running"
 
     async def test_a_job_enqueued_due_is_announced_and_one_due_later_is_not(self, queue: JobQueue) -> None:
-        announcing: AnnouncesDueJobs = _offers(queue, AnnouncesDueJobs)
+        announcing: AnnouncesDueJobs = offers(queue, AnnouncesDueJobs)
         assert isinstance(announcing.wakeup_topic, str) and announcing.wakeup_topic
         woken: list[str] = []
         unsubscribe = announcing.wakeups.subscribe(announcing.wakeup_topic, lambda: woken.append("woken"))
@@ -121,7 +106,7 @@ class KvCapabilityContract:
     """`TakesAbsent` and `DeletesUnchanged` (a part of `KvContract`)."""
 
     async def test_take_absent_answers_per_key_as_swap_from_absent_would(self, kv: KvStore) -> None:
-        taking: TakesAbsent = _offers(kv, TakesAbsent)
+        taking: TakesAbsent = offers(kv, TakesAbsent)
         await kv.set("held", "someone-else", 60)
         await kv.set("lapsed", "old", 0.05)
         await eventually(lambda: kv.get("lapsed"), lambda value: value is None, "the key lapsing")
@@ -140,7 +125,7 @@ class KvCapabilityContract:
     async def test_take_absent_finds_a_key_holding_the_very_value_given_present(self, kv: KvStore) -> None:
         # As swap(key, None, value): a live key is present whatever it holds, the value given included (a worker's
         # own token on a job it still runs must not let it start the job twice).
-        taking: TakesAbsent = _offers(kv, TakesAbsent)
+        taking: TakesAbsent = offers(kv, TakesAbsent)
         await kv.set("mine", "me-1", 60)
         assert await taking.take_absent([("mine", "me-1"), ("free", "me-2")], 60) == [False, True]
         assert await taking.take_absent([("mine", "me-1")], 60) == [False]
@@ -148,7 +133,7 @@ class KvCapabilityContract:
         assert [await kv.get(k) for k in ("mine", "free")] == ["me-1", "me-2"]
 
     async def test_delete_unchanged_deletes_only_keys_still_holding_their_value(self, kv: KvStore) -> None:
-        deleting: DeletesUnchanged = _offers(kv, DeletesUnchanged)
+        deleting: DeletesUnchanged = offers(kv, DeletesUnchanged)
         for key, value in (("mine", "me-1"), ("taken", "someone-else"), ("also-mine", "me-2")):
             await kv.set(key, value, 60)
         await deleting.delete_unchanged(

@@ -1,11 +1,15 @@
-"""What the contract suites share: building records, reading the store's clock, waiting for a condition."""
+"""What the contract suites share: building records, reading the store's clock, waiting for a condition, skipping
+what a store does not offer."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
+
+import pytest
 
 from ..contract.clock import to_epoch_ms
 from ..contract.protocols import JobQueue
@@ -54,6 +58,21 @@ async def claim_one(queue: JobQueue, worker: str = "w1", lease_ms: int = 60_000)
     jobs = await queue.claim(worker_id=worker, lease_ms=lease_ms, limit=1)
     assert len(jobs) == 1, f"expected one job claimed, got {jobs}"
     return jobs[0]
+
+
+def offers(store: object, capability: type) -> Any:
+    """`store` as `capability`, or the test skipped: a capability is optional, its rules bind only the stores that
+    offer it."""
+    if not isinstance(store, capability):
+        pytest.skip(f"the store does not offer {capability.__name__}")
+    return store
+
+
+def settled_fields(found: Job | None) -> tuple[Any, ...]:
+    """What a settle writes, with the job's own id and instants set aside."""
+    assert found is not None
+    history = tuple(replace(a, started_at=0, ended_at=0) for a in found.history)
+    return (found.status, found.attempts, found.run_id, found.error, found.lease_until, found.worker_id, history)
 
 
 def real_time_advance(queue: JobQueue) -> Advance:

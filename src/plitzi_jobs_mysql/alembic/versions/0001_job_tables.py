@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from alembic import context, op
+from alembic import op
 
+from plitzi_jobs_mysql.alembic.revision_steps import table_prefix
 from plitzi_jobs_mysql.migrations import create_job_tables, drop_job_tables
 
 revision: str = "0001"
@@ -19,14 +20,9 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _prefix() -> str:
-    # Set by env.py from `-x prefix=...`; every revision works on the same prefixed tables.
-    return str(context.config.attributes.get("table_prefix", ""))
-
-
 def upgrade() -> None:
-    create_job_tables(op, prefix=_prefix())
+    create_job_tables(op, prefix=table_prefix())
 
 
 def downgrade() -> None:
-    drop_job_tables(op, prefix=_prefix())
+    drop_job_tables(op, prefix=table_prefix())

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from alembic import context, op
+from alembic import op
 
+from plitzi_jobs_mysql.alembic.revision_steps import execute_all, table_prefix
 from plitzi_jobs_mysql.migrations import upgrade_job_tables
 from plitzi_jobs_mysql.mysql.schema.upgrades import priorities_downgrade
 
@@ -20,16 +21,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _prefix() -> str:
-    return str(context.config.attributes.get("table_prefix", ""))
-
-
 def upgrade() -> None:
     # The package's upgrade steps: they bring tables made at revision 0001 by an earlier release to the current
     # schema, and change nothing on tables 0001 made with this one.
-    upgrade_job_tables(op, prefix=_prefix())
+    upgrade_job_tables(op, prefix=table_prefix())
 
 
 def downgrade() -> None:
-    for statement in priorities_downgrade(_prefix()):
-        op.execute(statement)
+    execute_all(priorities_downgrade(table_prefix()))

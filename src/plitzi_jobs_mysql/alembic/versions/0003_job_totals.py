@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from alembic import context, op
+from alembic import op
 
+from plitzi_jobs_mysql.alembic.revision_steps import execute_all, table_prefix
 from plitzi_jobs_mysql.migrations import upgrade_job_tables
 from plitzi_jobs_mysql.mysql.schema.tables import marker, table_names
 from plitzi_jobs_mysql.mysql.schema.totals import drop_statements
@@ -26,21 +27,18 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def _prefix() -> str:
-    return str(context.config.attributes.get("table_prefix", ""))
-
-
 def upgrade() -> None:
-    upgrade_job_tables(op, prefix=_prefix())
+    upgrade_job_tables(op, prefix=table_prefix())
 
 
 def downgrade() -> None:
-    prefix = _prefix()
+    prefix = table_prefix()
     tables = table_names(prefix)
-    for statement in drop_statements(prefix):
-        op.execute(statement)
-    op.execute(
-        f"ALTER TABLE `{tables.jobs}` DROP INDEX `job_space_status_recent`, COMMENT = '{marker(TOTALS_VERSION - 1)}'"
+    previous = marker(TOTALS_VERSION - 1)
+    execute_all(
+        [
+            *drop_statements(prefix),
+            f"ALTER TABLE `{tables.jobs}` DROP INDEX `job_space_status_recent`, COMMENT = '{previous}'",
+            *(f"ALTER TABLE `{table}` COMMENT = '{previous}'" for table in (tables.schedules, tables.kv)),
+        ]
     )
-    for table in (tables.schedules, tables.kv):
-        op.execute(f"ALTER TABLE `{table}` COMMENT = '{marker(TOTALS_VERSION - 1)}'")
