@@ -15,6 +15,7 @@ import collections
 import itertools
 import signal
 import time
+import traceback
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -313,6 +314,7 @@ async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: i
     # Both workers went on working through the proxy after the loss, and nothing but survivable errors reached them.
     for kill in kills:
         assert all(any(t > kill["killed_at"] for t in ran_at[w]) for w in ("w0", "w1")), (kill, ran_at.keys())
-    assert not fatal, fatal[:3]
+    # With where it was raised: a raw error reaching a worker names the call that let it through.
+    assert not fatal, "".join(traceback.format_exception(fatal[0])) + f" ({len(fatal)} in all)"
     # Every node is back in a cluster of three.
     assert all(n.status("wsrep_cluster_size") == str(cluster.size) for n in cluster.nodes)

@@ -47,7 +47,8 @@ class SlotPool:
         return sum(1 for key in self._by_group.get(prefix, {}) if key < below)
 
     def take(self, prefix: str, below: str, count: int) -> list[Pooled]:
-        """`count` pooled slots of the group numbered below `below` (the limit may have shrunk), out of the pool."""
+        """Up to `count` pooled slots of the group numbered below `below` (the limit may have shrunk), out of the
+        pool."""
         group = self._by_group.get(prefix, {})
         taken = sorted((key, value) for key, value in group.items() if key < below)[:count]
         for key, _value in taken:

@@ -181,8 +181,9 @@ class LimitedClaims(LimitTakes):
             below = _row_key(group, "c", limit.concurrency)
             if pool.available(_group_prefix(group), below) < min(need[group], want):
                 return None
+        # As many as there are candidates, when the pool holds them: those past `want` replace lost races.
         return {(group, "c"): [*pool.take(_group_prefix(group), _row_key(group, "c", limit.concurrency or 0),
-                                          min(need[group], want))] for group, limit in groups.items()}  # fmt: skip
+                                          need[group])] for group, limit in groups.items()}  # fmt: skip
 
     async def _read_free(
         self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], now: int
