@@ -13,9 +13,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 ## The test command: lint, types, then every suite against a real MySQL server
-## (PLITZI_MYSQL_URL, a container where Docker answers, or a throwaway local mariadbd/mysqld).
+## (PLITZI_MYSQL_URL, a container where Docker answers, or a throwaway local mariadbd/mysqld), in TEST_WORKERS
+## processes (pytest-xdist; each starts its own throwaway servers; a module that starts a cluster, a browser or a
+## wheel build runs whole in one of them: --dist loadgroup and the modules' xdist_group marks).
+TEST_WORKERS ?= 2
 test: setup lint typecheck sql-check
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 lint: setup
 	$(PY) -m ruff check src tests bench scripts examples

@@ -252,3 +252,19 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     shots = sorted(ARTIFACTS.glob("*.png")) if ARTIFACTS.exists() else []
     if shots:
         terminalreporter.write_line(f"dashboard screenshots ({len(shots)}): {ARTIFACTS}")
+
+
+def _sendable(text: str) -> str:
+    # Lone surrogates (the hostile-input tests log undecodable bytes as such) cannot cross to pytest-xdist's
+    # controller, whose channel encodes UTF-8 strictly: the worker would die and its tests go unreported.
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test's report as pytest-xdist can send it: its captured output with lone surrogates escaped."""
+    outcome: Any = yield
+    report = outcome.get_result()
+    report.sections = [(title, _sendable(content)) for title, content in report.sections]
+    if isinstance(report.longrepr, str):
+        report.longrepr = _sendable(report.longrepr)

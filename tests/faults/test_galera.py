@@ -39,7 +39,7 @@ from ..conftest import open_pool
 from ..harness.galera import GaleraCluster, galera_missing_reason
 from ..support import job, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.xdist_group("clusters"), pytest.mark.slow, pytest.mark.timeout(240)]
 
 FINDINGS: dict[str, Any] = {}
 JOBS = 5_000

@@ -42,7 +42,7 @@ from ..conftest import open_pool
 from ..harness.galera import GaleraCluster, galera_missing_reason
 from ..harness.haproxy import HaProxy, haproxy_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("clusters"), pytest.mark.slow, pytest.mark.timeout(300)]
 
 JOBS = 5_000
 KILL_AFTER = 1_500

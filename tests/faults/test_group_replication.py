@@ -46,7 +46,7 @@ from ..harness.group_replication import GroupReplicationCluster, group_replicati
 from ..harness.haproxy import HaProxy, haproxy_binary
 from ..support import Clock
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("clusters"), pytest.mark.slow, pytest.mark.timeout(300)]
 
 FINDINGS: dict[str, Any] = {}
 JOBS = 5_000

@@ -16,7 +16,7 @@ from plitzi_jobs_mysql import ActionLimit, AttemptOutcome, create_mysql_job_queu
 from ..support import job
 from .test_galera import cluster, database, pools  # noqa: F401 - the cluster and its pools, as fixtures
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.xdist_group("clusters"), pytest.mark.slow, pytest.mark.timeout(240)]
 
 JOBS = 150
 CONCURRENCY = 3

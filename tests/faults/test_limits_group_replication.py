@@ -11,7 +11,7 @@ import pytest
 from .test_group_replication import cluster, database, pools  # noqa: F401 - the group and its pools, as fixtures
 from .test_limits_galera import limit_holds_across_nodes
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.xdist_group("clusters"), pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 async def test_a_concurrency_limit_holds_across_members(pools: list[Any]) -> None:  # noqa: F811

@@ -31,7 +31,7 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..harness.mysql97 import ROOT_SCRIPT, mysql_root_missing_reason
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.xdist_group("containers"), pytest.mark.timeout(300)]
 
 IMAGE_SCRIPT = ROOT_SCRIPT.parent / "docker_image.sh"
 #: testcontainers' reaper container comes from a registry; without one it cannot start (each test removes its

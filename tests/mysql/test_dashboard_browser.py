@@ -26,6 +26,7 @@ from tests.harness.dashboard import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium
 from tests.support import job
 
 pytestmark = [
+    pytest.mark.xdist_group("browser"),
     pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing())),
     pytest.mark.timeout(300),
 ]

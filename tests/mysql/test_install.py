@@ -25,7 +25,7 @@ from ..conftest import mariadb_client, sql
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.timeout(600)]
 
 
 @dataclass(frozen=True)

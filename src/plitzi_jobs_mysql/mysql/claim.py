@@ -82,11 +82,15 @@ class ClaimCalls(LimitedClaims, QueueCore):
         sql = self._sql
         pauses = pause_statements_for(self._store.prefix)
         pending_read, lapsed_read = sql.claim_pending_candidates, sql.claim_lapsed_candidates
+        grouped = False
         if plan is not None:
+            self._limits_sql()  # the limits' state, made on first use
+            grouped = self._read_groups
+        if grouped:
             pending_read, lapsed_read = with_groups(pending_read), with_groups(lapsed_read)
 
         def parse(rows: Sequence[Sequence[Any]]) -> list[Candidate]:
-            return [_candidate(row) for row in rows] if plan is None else self._grouped(rows)
+            return self._grouped(rows, claim_read=True) if grouped else [_candidate(row) for row in rows]
 
         async def read(conn: Connection) -> list[Candidate]:
             for attempt in range(MAX_HOLD_REREADS):

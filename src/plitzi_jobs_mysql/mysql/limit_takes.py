@@ -54,6 +54,8 @@ class LimitTakes(QueueCore):
     _job_groups_since: int
     _slot_pool: SlotPool
     _noted: dict[Group, str]  # each group's `m` row as this queue last read or wrote it
+    #: Whether a claim reads its candidates' groups with them (`with_groups`) or after, for those not known yet.
+    _read_groups: bool
 
     def _limits_sql(self) -> LimitSql:
         if "_limit_sql" not in self.__dict__:
@@ -61,6 +63,7 @@ class LimitTakes(QueueCore):
             self._limit_holds = {}
             self._job_groups, self._job_groups_since = {}, 0
             self._slot_pool, self._noted = SlotPool(), {}
+            self._read_groups = True
         return self._limit_sql
 
     async def _take_limited(

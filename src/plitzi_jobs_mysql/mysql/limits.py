@@ -120,6 +120,7 @@ class LimitedClaims(LimitTakes):
         known = self._job_groups
         missing = [seq for seq, *_rest in candidates if seq not in known]
         if missing:
+            self._read_groups = True  # new jobs come in: the next claim reads their groups with them
             found = await self._store.run(lambda conn: conn.fetch(sql.groups_of(), (missing,)))
             for seq, space_id, action_id, key, id_ in found:
                 text_key = None if key is None else as_text(key)
@@ -321,9 +322,13 @@ class LimitedClaims(LimitTakes):
         statement = self._limits_sql().pending_past(len(refused))
         return self._grouped(await self._store.run(lambda conn: conn.fetch(statement, (*args, count))))
 
-    def _grouped(self, rows: Sequence[Sequence[Any]]) -> list[Candidate]:
-        """Candidates read with their groups (`with_groups`): the groups are kept for the plan."""
+    def _grouped(self, rows: Sequence[Sequence[Any]], *, claim_read: bool = False) -> list[Candidate]:
+        """Candidates read with their groups (`with_groups`): the groups are kept for the plan. A claim's own read
+        of them that met only jobs already known (a saturated group's backlog, read again by every claim) leaves
+        the next claim's read without them: a primary-key lookup per candidate saved."""
         self._limits_sql()
+        if claim_read:
+            self._read_groups = any(int(row[0]) not in self._job_groups for row in rows)
         for seq, _run_at, _lapsed, _priority, space_id, action_id, key, id_ in rows:
             text_key = None if key is None else as_text(key)
             self._job_groups[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
