@@ -25,6 +25,7 @@ import pymysql
 from common import bench_url, log
 
 from plitzi_jobs_mysql import ScheduleInput, create_mysql_job_queue
+from plitzi_jobs_mysql.contract.cursor import encode_after
 from plitzi_jobs_mysql.mysql.schema.totals import FOLD_BATCH
 from plitzi_jobs_mysql.mysql.session import Connection
 from plitzi_jobs_mysql.mysql.totals_fold import fold_totals
@@ -82,6 +83,13 @@ async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
         ]  # fmt: skip
         await queue.put_schedules(space_id=1, schedules=schedules)
         app = create_dashboard(queue)
+        async with pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(
+                "SELECT updated_at, seq FROM action_jobs WHERE space_id = 1 ORDER BY updated_at DESC, seq DESC "
+                "LIMIT 1 OFFSET 49999"
+            )
+            row = await cur.fetchone()
+        deep = encode_after(int(row[0]), int(row[1])) if row else ""
         pages = {
             "overview": "/",
             "jobs, first page": "/jobs",
@@ -89,7 +97,8 @@ async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
             "jobs by action": "/jobs?space=1&action=action-3",
             "jobs by status (pending)": "/jobs?status=pending",
             "jobs by status (dead)": "/jobs?space=1&status=dead",
-            "jobs, page 1,000 (offset 50,000)": "/jobs?offset=50000",
+            "jobs, page 201 by offset (offset 10,000: the deepest the page takes)": "/jobs?offset=10000",
+            "jobs of one space, page 1,001 by the pager's cursor (50,000 deep)": f"/jobs?space=1&after={deep}",
             "a job by id (jobs page)": "/jobs?space=1&id=f-4242",
             "one job": "/job?space=1&id=f-4242",
             "schedules": "/schedules",
@@ -119,9 +128,12 @@ async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
             started = time.perf_counter()
             first = await client.get("/")
             assert first.status_code == 200, first.text[-500:]
-            results.append(
-                ("overview, first request (every closed hour counted)", (time.perf_counter() - started) * 1000, [])
-            )
+            first_ms = (time.perf_counter() - started) * 1000
+            name = "overview, first request (its closed hours counted in the background)"
+            results.append((name, first_ms, [first_ms]))
+            # The chart's closed hours are counted by a task of their own: the other pages are timed once it is done.
+            await app.state.dashboard.activity.finish_counting(None)
+            log(f"  the chart's closed hours counted {time.perf_counter() - started:.1f} s after the first request")
             for name, path in pages.items():
                 answer = await client.get(path)  # warm-up
                 assert answer.status_code == 200, (path, answer.status_code, answer.text[-300:])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -255,6 +256,36 @@ async def test_the_chart_counts_closed_hours_once() -> None:
     chart = hourly_chart(window, HOUR_MS)
     assert chart.totals == {"succeeded": 1, "failed or dead": 1, "cancelled": 0}
     assert {bar.css for bar in chart.bars} == {"ok", "bad"}
+
+
+async def test_a_page_does_not_wait_for_the_first_count_of_the_closed_hours() -> None:
+    clock = Clock(1_000 * HOUR_MS + 30 * 60_000)
+    queue = create_memory_job_queue(clock=clock)
+    await queue.enqueue_many([job("a")])
+    await settle(queue, "succeeded")  # in the current hour
+    current = clock.now // HOUR_MS * HOUR_MS
+    gate, closed_reads = asyncio.Event(), []
+    original = queue.finished_counts
+
+    async def slow(**kwargs: Any) -> Any:
+        if kwargs["until"] <= current:  # a count of closed hours: as slow as a big table makes it
+            closed_reads.append((kwargs["since"], kwargs["until"]))
+            await gate.wait()
+        return await original(**kwargs)
+
+    queue.finished_counts = slow  # type: ignore[method-assign]
+    activity = Activity(queue, hours=8, budget_s=0.05)
+    window = await asyncio.wait_for(activity.window(None, clock.now), 10)  # not held up by the closed hours
+    assert [sum(c.count for c in counts) for counts in window.values()] == [0] * 7 + [1]
+    assert activity.uncounted(None, clock.now) == 7
+    assert closed_reads == [(current - 3 * HOUR_MS, current)], "the newest closed hours first, a few at a time"
+    gate.set()
+    await activity.finish_counting(None)
+    assert activity.uncounted(None, clock.now) == 0
+    assert [until - since for since, until in closed_reads] == [3 * HOUR_MS, 3 * HOUR_MS, HOUR_MS]
+    closed_reads.clear()
+    await activity.window(None, clock.now)
+    assert closed_reads == [], "counted once"
 
 
 def test_durations_and_ages_read_as_people_say_them() -> None:

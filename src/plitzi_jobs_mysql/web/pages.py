@@ -68,6 +68,7 @@ async def overview(request: Request) -> Response:
         series=SERIES, actions=action_rows(stats.actions, window, paused, now) if stats else [],
         oldest_due_age=None if not stats or stats.oldest_due_run_at is None else instant(stats.oldest_due_run_at, now),
         paused=paused, hours=d.activity.hours if d.activity else 0, notice=notice(request),
+        uncounted=d.activity.uncounted(spaces, now) if d.activity else 0,
     )  # fmt: skip
 
 
