@@ -44,7 +44,15 @@ def empty(admin: Any) -> None:
         cur.execute(f"TRUNCATE TABLE `{T.kv}`")
 
 
-async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | None) -> float:
+def questions(admin: Any) -> int:
+    """The server's count of statements received (every client's: on a shared server, others' too)."""
+    with admin.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Questions'")
+        return int(cur.fetchone()[1])
+
+
+async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | None) -> tuple[float, float]:
+    """Jobs per second, and statements per job, of a drain of `n` no-op jobs (the enqueue not counted)."""
     empty(admin)
     queue = create_mysql_job_queue(pool)
     await queue.enqueue_many(jobs("drained", n, secrets.token_hex(3)))
@@ -58,7 +66,9 @@ async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | 
             done.set()
 
     worker = create_job_worker(queue=queue, handler=handler, workers=16, limits=limits)
-    return n / await seconds_until(done, worker)
+    before = questions(admin)
+    rate = n / await seconds_until(done, worker)
+    return rate, (questions(admin) - before) / n
 
 
 async def claims_beside(pool: Any, admin: Any, saturated: bool, claims: int) -> float:
@@ -118,12 +128,14 @@ async def main(argv: list[str]) -> None:
             never = {"drained": ActionLimit(concurrency=10_000)}
             other = {"elsewhere": ActionLimit(concurrency=1)}
             rates: dict[str, list[float]] = {"none": [], "never binds": [], "other action": []}
+            statements: dict[str, list[float]] = {name: [] for name in rates}
             waits: dict[bool, list[float]] = {False: [], True: []}
             used: dict[float, list[float]] = {0.02: [], 0.1: []}
             for rep in range(reps):  # interleaved, so drift on a shared machine falls on every variant alike
-                rates["none"].append(await drain(pool, admin, n, None))
-                rates["never binds"].append(await drain(pool, admin, n, never))
-                rates["other action"].append(await drain(pool, admin, n, other))
+                for name, limits in (("none", None), ("never binds", never), ("other action", other)):
+                    rate, per_job = await drain(pool, admin, n, limits)
+                    rates[name].append(rate)
+                    statements[name].append(per_job)
                 for saturated in (False, True):
                     waits[saturated].append(await claims_beside(pool, admin, saturated, 30))
                 for run_s, count in ((0.02, 240), (0.1, 80)):
@@ -135,9 +147,10 @@ async def main(argv: list[str]) -> None:
             admin.close()
     base_rate = statistics.median(rates["none"])
     print(f"\n## Fleet-wide limits ({reps} reps interleaved, medians; {n} no-op jobs per drain, workers=16)\n")
-    print("| drain | jobs/s | vs no limits |\n|---|---:|---:|")
+    print("| drain | jobs/s | vs no limits | statements/job |\n|---|---:|---:|---:|")
     for name, values in rates.items():
-        print(f"| {name} | {statistics.median(values):,.0f} | {statistics.median(values) / base_rate:.2f} |")
+        rate, per_job = statistics.median(values), statistics.median(statements[name])
+        print(f"| {name} | {rate:,.0f} | {rate / base_rate:.2f} | {per_job:.2f} |")
     alone, beside = statistics.median(waits[False]) * 1e3, statistics.median(waits[True]) * 1e3
     print(f"\nclaim(limit=10) of an unlimited action: {alone:.2f} ms alone, {beside:.2f} ms beside 2,000 older jobs "
           f"of a saturated limited action (ratio {beside / alone:.2f})")  # fmt: skip
