@@ -104,7 +104,10 @@ def _tls_server(server: LocalMysqlServer, certs: Path) -> Iterator[Tls]:
                     cur.execute(f"GRANT ALL ON *.* TO '{user}'@'%'")  # the helpers create and drop databases
         finally:
             conn.close()
-        yield Tls(server=server, dir=certs)
+        tls = Tls(server=server, dir=certs)
+        # Each test stands alone (xdist may hand this module's tests to different processes, each its own server).
+        ok(cli("migrate", "--url", tls.url("tls", "ssl-mode=REQUIRED")))
+        yield tls
 
 
 def test_the_cli_connects_in_each_ssl_mode(tls: Tls) -> None:

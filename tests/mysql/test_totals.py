@@ -16,7 +16,7 @@ from plitzi_jobs_mysql import AttemptOutcome, create_mysql_job_queue
 from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.mysql.schema.migrate import run_migration
 from plitzi_jobs_mysql.mysql.schema.tables import SCHEMA_VERSION, jobs_v1, kv_v1, marker, schedules_v1
-from plitzi_jobs_mysql.mysql.schema.totals import totals_name
+from plitzi_jobs_mysql.mysql.schema.totals import drop_statements, totals_name
 from plitzi_jobs_mysql.testing import assert_totals_exact
 from plitzi_jobs_mysql.url import parse_mysql_url
 
@@ -175,3 +175,32 @@ async def test_the_upgrade_backfills_a_populated_table_while_an_older_release_wr
     finally:
         pool.close()
         await pool.wait_closed()
+
+
+async def test_first_uses_at_once_backfill_once_and_none_of_them_fails(database_url: str) -> None:
+    """Replicas starting together on tables without totals (sql/schema.sql alone, or a purge of them) all run
+    the backfill; one counts, the others must find it done and go on (CI saw the loser's duplicate key fail a
+    replica's first call)."""
+    pool = await open_pool(database_url)
+    try:
+        await create_mysql_job_queue(pool).enqueue_many([job(f"j{n}", action_id=f"a{n % 5}") for n in range(3_000)])
+    finally:
+        pool.close()
+        await pool.wait_closed()
+    pools = [await open_pool(database_url, maxsize=1) for _ in range(6)]
+    try:
+        for n in range(20):  # the window is a statement wide: give it rounds to open
+            # Dropped (the DDL then orders the first uses), or emptied as a test's cleanup does (nothing orders them).
+            for statement in drop_statements() if n % 4 == 0 else [f"TRUNCATE `{totals_name()}`"]:
+                sql(database_url, statement)
+            queues = [create_mysql_job_queue(p) for p in pools]
+            migrating = [asyncio.to_thread(migrate, database_url)] if n % 2 else []  # an operator's, meanwhile
+            results = await asyncio.gather(*(q.stats(space_ids=None) for q in queues), *migrating,
+                                           return_exceptions=True)  # fmt: skip
+            assert [r for r in results if isinstance(r, BaseException)] == []
+            assert {r.total for r in results if r is not None and not isinstance(r, BaseException)} == {3_000}
+            await assert_totals_exact(queues[0])
+    finally:
+        for p in pools:
+            p.close()
+            await p.wait_closed()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import pymysql
+
 from .schema import totals
 from .schema.tables import table_names
 
@@ -17,7 +19,8 @@ log = logging.getLogger("plitzi_jobs_mysql.mysql.session")
 async def ensure_totals(conn: Connection, prefix: str, *, ddl: bool) -> bool:
     """Creates what the totals lack where tables were made without them (a fresh database, or sql/schema.sql
     alone): one read once they exist. The backfill is exact whenever it runs after the triggers, and runs once (its
-    row's key), so two first uses at once are harmless. Answers whether the jobs table has both listing indexes."""
+    row's key): of two first uses at once, one counts and the other's duplicate key is taken as done. Answers
+    whether the jobs table has both listing indexes."""
     triggers = totals.trigger_names(prefix)
     rows = await conn.fetch(totals.TOTALS_READY, (list(triggers), totals.totals_name(prefix), table_names(prefix).jobs))
     indexed = int(rows[0][2]) == 2
@@ -34,5 +37,10 @@ async def ensure_totals(conn: Connection, prefix: str, *, ddl: bool) -> bool:
     if not conn.autocommit:
         await conn.raw.commit()  # the reads' transaction: the backfill sets the next one's isolation
     for statement in statements:
-        await conn.write(statement)
+        try:
+            await conn.write(statement)
+        except pymysql.err.IntegrityError as error:
+            if not totals.lost_backfill_race(error, statement, prefix):
+                raise
+            log.info("the job totals were backfilled by another connection at the same time")
     return indexed

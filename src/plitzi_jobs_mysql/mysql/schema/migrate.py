@@ -30,7 +30,7 @@ from .state import (
     schema_state,
 )
 from .tables import SCHEMA_VERSION, table_names
-from .totals import totals_statements
+from .totals import lost_backfill_race, totals_statements
 from .upgrades import LOCK_WAIT_S, kept_originals, lock_is_free, release_lock, take_lock
 
 #: `create_mysql_job_queue`'s default `retention_days`: what the first claim purges past, unless told otherwise.
@@ -134,7 +134,11 @@ def run_migration(
             with conn.cursor() as cur, warnings.catch_warnings():
                 warnings.simplefilter("ignore", pymysql.Warning)
                 for statement in totals_statements(prefix):
-                    cur.execute(statement)
+                    try:
+                        cur.execute(statement)
+                    except pymysql.err.IntegrityError as error:  # a replica's first use backfilled meanwhile
+                        if not lost_backfill_race(error, statement, prefix):
+                            raise
     finally:
         _fetch(conn, release_lock(prefix))
     if not after.up_to_date:

@@ -105,6 +105,13 @@ def backfill_statements(prefix: str = "") -> list[str]:
     return ["SET TRANSACTION ISOLATION LEVEL READ COMMITTED", totals_backfill(prefix)]
 
 
+def lost_backfill_race(error: Exception, statement: str, prefix: str = "") -> bool:
+    """Whether a failed statement was a backfill that another connection's, committed after this one's
+    snapshot, beat to its row: the whole statement (counts and row) was undone, and the other's counts stand."""
+    args: tuple[object, ...] = error.args
+    return bool(args) and args[0] == 1062 and statement == totals_backfill(prefix)
+
+
 def create_statements(prefix: str = "") -> list[str]:
     """Everything the totals need on a jobs table of this package: the table, the triggers, the backfill."""
     return [totals_table(prefix), *totals_triggers(prefix), *backfill_statements(prefix)]
