@@ -8,6 +8,7 @@ from typing import Any
 from ..contract import validation as check
 from ..contract.cursor import decode_after, next_after
 from ..records import FinishedCount, Job, JobPage, JobStatus, QueueStats
+from .listing import MERGED_SPACES_MAX, Listing
 from .queue_core import QueueCore
 from .rows import job_columns, job_from_row
 from .schema import totals
@@ -35,38 +36,34 @@ class OperatorCalls(QueueCore):
         cursor = decode_after(after, offset)
         if spaces == []:
             return JobPage(jobs=[], total=0)
-        where = ["1 = 1"] if spaces is None else ["space_id IN %s"]
-        args: list[Any] = [] if spaces is None else [spaces]
+        listing = Listing(self._store.prefix, status=status is not None, cursor=cursor)
+        if spaces is not None:
+            listing.filter("space_id IN %s", spaces)
         if action_id is not None:
-            where.append("action_id = %s")
-            args.append(action_id)
+            listing.filter("action_id = %s", action_id)
         if status is not None:
-            where.append("status = %s")
-            args.append(status)
-        condition = " AND ".join(where)
-        page_where, page_args, index = condition, list(args), ""
-        if spaces is not None and self._store.listing_indexes:
-            # The index whose order is the page's: left alone, the optimizer may walk a space's newest rows (its
-            # waiting jobs first) to find a status, or take them by `ref` and sort them all for a cursor.
-            index = (
-                " FORCE INDEX (job_space_status_recent)" if status is not None else " FORCE INDEX (job_space_recent)"
-            )
-        if cursor is not None:
-            # A range on the index's updated_at (then seq, its primary key suffix): the page starts at the cursor.
-            page_where += " AND updated_at <= %s AND (updated_at < %s OR seq < %s)"
-            page_args += [cursor[0], cursor[0], cursor[1]]
+            listing.filter("status = %s", status)
+        indexed = self._store.listing_indexes
+        one_space = spaces is not None and len(spaces) == 1
 
-        # The page through an index, newest first; the total from the kept totals (schema/totals.py), exact and
-        # without counting the matching rows.
-        total_sql = totals.total_read(self._store.prefix, condition)
-
+        # The total from the kept totals (schema/totals.py): exact, without counting the matching rows.
         async def page(conn: Connection) -> JobPage:
-            rows = await conn.fetch(
-                self._sql.list_jobs.format(where=page_where, index=index), [*page_args, limit, offset]
-            )
-            total = await conn.fetch(total_sql, args)
+            if one_space or not indexed:
+                # Left alone, the optimizer may walk a space's newest rows (its waiting jobs first) to find a
+                # status, or take them by `ref` and sort them all for a cursor: the hint names the page's order.
+                rows = await conn.fetch(*listing.page(limit, offset, indexed=indexed and one_space))
+                total = int((await conn.fetch(*listing.total()))[0][0])
+            else:
+                counted = [(int(space), int(n)) for space, n in await conn.fetch(*listing.by_space())]
+                total = sum(n for _, n in counted)
+                if not counted:
+                    rows = []
+                elif len(counted) <= MERGED_SPACES_MAX:
+                    rows = await conn.fetch(*listing.merged([space for space, _ in counted], limit, offset))
+                else:
+                    rows = await conn.fetch(*listing.page(limit, offset, indexed=False))
             places = [(int(c["updated_at"]), int(c["seq"])) for c in map(job_columns, rows)]
-            return JobPage(jobs=[job_from_row(row) for row in rows], total=int(total[0][0]),
+            return JobPage(jobs=[job_from_row(row) for row in rows], total=total,
                            next_after=next_after(places, limit))  # fmt: skip
 
         return await self._store.run(page)

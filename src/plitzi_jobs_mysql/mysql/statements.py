@@ -138,7 +138,6 @@ class Statements:
     settle: str
     settle_succeeded: str
     get_job: str
-    list_jobs: str
     finished_counts: str
     requeue: str
     cancel_pending_job: str
@@ -316,9 +315,6 @@ def statements_for(prefix: str) -> Statements:
             "WHERE id IN %(ids)s AND worker_id = %(worker)s AND status = 'running'{claim}"
         ),
         get_job=f"SELECT {JOB_COLUMNS} FROM {jobs} WHERE id = %s AND space_id IN %s",
-        # `{index}`: a hint where the optimizer would take a space's rows by `ref` and sort them (a cursor's range).
-        list_jobs=f"SELECT {JOB_COLUMNS} FROM {jobs}{{index}} WHERE {{where}} ORDER BY updated_at DESC, seq DESC "
-        "LIMIT %s OFFSET %s",
         # Through `job_due` (status, run_at): a finished job's run_at is the instant it finished, so the window is one
         # index range per terminal status, whatever the table holds outside it. It costs what the window holds (the
         # dashboard asks for a closed bucket once and recounts only the current one: web/activity.py).

@@ -76,6 +76,17 @@ def log_tail(path: str | os.PathLike[str], lines: int = 25) -> str:
     return "\n".join(data.splitlines()[-lines:])
 
 
+def log_errors(path: str | os.PathLike[str], lines: int = 10) -> str:
+    """The log's last lines that say ERROR: mariadb-install-db ends a failure with advice that hides them."""
+    try:
+        with open(path, "rb") as fh:
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        return f"(could not read {path}: {exc})"
+    found = [line for line in text.splitlines() if "ERROR" in line or "error" in line.split(":")[0].lower()]
+    return "\n".join(found[-lines:])
+
+
 def free_port() -> int:
     """A free loopback port for a server this process is about to start (see :func:`free_ports`)."""
     return free_ports(1)[0]

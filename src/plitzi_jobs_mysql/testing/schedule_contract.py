@@ -168,6 +168,46 @@ class OperatorContract:
         with pytest.raises(ValueError, match="after"):
             await queue.list_jobs(space_ids=[1], offset=3, after=first.next_after)
 
+    async def test_pages_over_several_spaces_interleave_them_newest_first(
+        self, queue: JobQueue, advance: Advance
+    ) -> None:
+        # Each write at its own instant, so the order is known: the claimed newest (last claimed first), then the
+        # rest newest enqueued first. A store may read each space apart and merge; the pages must not show it.
+        for n in range(12):
+            await queue.enqueue(job(f"j{n}", space_id=1 + n % 4, action_id="even" if n % 2 == 0 else "odd"))
+            await advance(1)
+        for _ in range(3):
+            await queue.claim(worker_id="w1", lease_ms=60_000, limit=1)  # j0, j1, j2
+            await advance(1)
+        everything = ["j2", "j1", "j0", *(f"j{n}" for n in range(11, 2, -1))]
+        space = {f"j{n}": 1 + n % 4 for n in range(12)}
+        for spaces, action, status in (
+            ([1, 2, 3, 4], None, None),
+            ([1, 2, 3], None, None),
+            ([4, 2], "even", None),
+            ([3, 1, 2, 4], None, "pending"),
+            ([1, 3], "odd", "running"),
+            ([2, 9], None, None),
+        ):
+            expected = [i for i in everything if space[i] in spaces
+                        and (action is None or (int(i[1:]) % 2 == 0) == (action == "even"))
+                        and (status is None or (status == "running") == (i in ("j0", "j1", "j2")))]  # fmt: skip
+            whole = await queue.list_jobs(space_ids=spaces, action_id=action, status=status, limit=50)
+            assert [j.id for j in whole.jobs] == expected, (spaces, action, status)
+            assert whole.total == len(expected)
+            by_offset = [await queue.list_jobs(space_ids=spaces, action_id=action, status=status, limit=2, offset=o)
+                         for o in range(0, len(expected) + 1, 2)]  # fmt: skip
+            assert [j.id for p in by_offset for j in p.jobs] == expected
+            seen: list[str] = []
+            after: str | None = None
+            for _ in range(len(expected) + 1):
+                page = await queue.list_jobs(space_ids=spaces, action_id=action, status=status, limit=2, after=after)
+                seen += [j.id for j in page.jobs]
+                after = page.next_after
+                if after is None:
+                    break
+            assert seen == expected, (spaces, action, status)
+
     async def test_get_job_answers_only_within_the_listed_spaces(self, queue: JobQueue) -> None:
         await queue.enqueue(job(space_id=7))
         assert await queue.get_job([1], "job-1") is None

@@ -39,6 +39,7 @@ from .host import (
     find_server_binary,
     free_port,
     is_mariadb_binary,
+    log_errors,
     log_tail,
     port_open,
     sibling_binary,
@@ -298,7 +299,7 @@ class LocalMysqlServer:
         if result.returncode != 0:
             raise RuntimeError(
                 f"initialising the data directory failed (exit code {result.returncode}): {' '.join(cmd)}\n"
-                + log_tail(log_path)
+                + "\n".join(filter(None, [log_errors(log_path), "...", log_tail(log_path)]))
             )
         logger.debug("initialised in %.1f s", time.monotonic() - started)
 
