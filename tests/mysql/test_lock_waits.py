@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from plitzi_jobs_mysql import AttemptOutcome, create_mysql_job_queue, create_mysql_kv
+from plitzi_jobs_mysql import ActionLimit, AttemptOutcome, create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.errors import KvRowLockedError
 from plitzi_jobs_mysql.memory import wall_clock_ms
 from plitzi_jobs_mysql.mysql.flavour import Flavour
+from plitzi_jobs_mysql.mysql.schema.state import table_names
 
 from ..conftest import open_pool
 from ..support import Clock, job
@@ -25,6 +26,7 @@ from ..support import Clock, job
 pytestmark = pytest.mark.timeout(120)
 
 LOCK_WAIT_S = 1
+T = table_names("")
 
 
 @pytest.fixture
@@ -260,3 +262,33 @@ async def test_a_held_row_costs_the_other_leases_of_a_heartbeat_nothing(pool: An
     assert await queue.heartbeat(job_ids=["held", "free"], worker_id="w", lease_ms=120_000) == []
     renewed = await queue.get_job([1], "held")
     assert renewed is not None and (renewed.lease_until or 0) >= before["held"] + 50_000
+
+
+# -- limit slots --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("way", ["statement-bound", "nowait-guard"])
+async def test_held_limit_slots_cost_a_claim_no_wait(pool: Any, holder: Holder, way: str) -> None:
+    """A concurrency limit's slot rows held by a user's transaction: the claim's compare-and-set on them fails at
+    once (a lost race: the claim takes nothing of that action) instead of waiting out the lock."""
+    limits = {"export": ActionLimit(concurrency=2)}
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue_many([job(f"e{n}", action_id="export", due_at=n) for n in range(6)])
+    if way == "statement-bound" and not queue._store.flavour.mariadb:
+        pytest.skip("MySQL has no SET STATEMENT: its slot writes take the NOWAIT guard (the other parameter)")
+    taken = await queue.claim(worker_id="w", lease_ms=60_000, limit=5, limits=limits)  # makes both slot rows
+    for j in taken:
+        await queue.settle(job_id=j.id, worker_id="w", status="succeeded")
+    for replica in ("fresh", "pooled"):  # a replica that reads the slots (one statement takes both), or not
+        other = create_mysql_job_queue(pool) if replica == "fresh" else queue
+        if way == "nowait-guard":
+            await other.now()  # first use learns the flavour; then MySQL's is put in its place
+            other._store.flavour = Flavour(mariadb=False, galera=False)
+        await holder.hold(f"SELECT k FROM `{T.kv}` WHERE k >= UNHEX('ff') FOR UPDATE", ())
+        started = time.monotonic()
+        assert await other.claim(worker_id="w2", lease_ms=60_000, limit=5, limits=limits) == []
+        elapsed = time.monotonic() - started
+        assert elapsed < LOCK_WAIT_S, f"{replica}: the claim waited {elapsed:.1f} s on slots another transaction holds"
+        await holder.release()
+    again = await queue.claim(worker_id="w3", lease_ms=60_000, limit=5, limits=limits)
+    assert [j.id for j in again] == ["e2", "e3"], "let go, the slots are taken like any other"

@@ -6,6 +6,7 @@ import functools
 from dataclasses import dataclass
 
 from .schema.tables import table_names
+from .statements import nowait_guarded
 
 #: A slot's value once given back: no job, no reservation.
 FREE = "0 0 -"
@@ -44,27 +45,33 @@ class LimitSql:
             f"WHERE {where}"
         )
 
-    def take_many(self, count: int) -> str:
+    # The slot writes on MySQL (`nowait`): guarded by a NOWAIT lock on the same rows, as claims are there
+    # (statements.nowait_guarded; its placeholders come last: the keys again). MariaDB bounds them per statement.
+
+    def take_many(self, count: int, nowait: bool) -> str:
         # Many slots in one statement: rows are locked in key order (a range over the primary key), as the
         # give-back's are, so two such statements never wait on each other in a cycle.
         cases = " ".join(["WHEN UNHEX(%s) THEN %s"] * count)
         keys = ", ".join(["UNHEX(%s)"] * count)
         guards = " OR ".join(["(k = UNHEX(%s) AND v = %s)"] * count)
-        return f"UPDATE {self.kv} SET v = CASE k {cases} END WHERE k IN ({keys}) AND ({guards})"
+        statement = f"UPDATE {self.kv} SET v = CASE k {cases} END WHERE k IN ({keys}) AND ({guards})"
+        return nowait_guarded(statement, self.kv, "k", f"IN ({keys})") if nowait else statement
 
     def values_of(self, count: int) -> str:
         keys = ", ".join(["UNHEX(%s)"] * count)
         return f"SELECT HEX(k), v FROM {self.kv} WHERE k IN ({keys})"
 
-    def take(self) -> str:
-        return f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
+    def take(self, nowait: bool) -> str:
+        statement = f"UPDATE {self.kv} SET v = %s WHERE k = UNHEX(%s) AND v = %s"
+        return nowait_guarded(statement, self.kv, "k", "= UNHEX(%s)") if nowait else statement
 
-    def take_start(self, at: str) -> str:
+    def take_start(self, at: str, nowait: bool) -> str:
         # The start's instant and the window's cutoff judged in the statement, on one clock for every claimer.
-        return (
+        statement = (
             f"UPDATE {self.kv} SET v = CAST({at} AS CHAR) "
             f"WHERE k = UNHEX(%s) AND v = %s AND CAST(v AS SIGNED) <= {at} - %s"
         )
+        return nowait_guarded(statement, self.kv, "k", "= UNHEX(%s)") if nowait else statement
 
     def insert_start(self, at: str) -> str:
         return f"INSERT INTO {self.kv} (k, v, expires_at) VALUES (UNHEX(%s), CAST({at} AS CHAR), NULL)"
@@ -78,6 +85,8 @@ class LimitSql:
 
     def give_back(self, count: int) -> str:
         # Pairs may cross (k1 with v2) only where job 2 holds slot k1: also a slot this queue gives back now.
+        # Unguarded (it may wait a lock out): another claimer's take holds a row for a moment, and failing at once
+        # would leave a retried job's slot taken until its reservation passes.
         keys = ", ".join(["UNHEX(%s)"] * count)
         return f"UPDATE {self.kv} SET v = '{FREE}' WHERE k IN ({keys}) AND v IN %s"
 

@@ -100,9 +100,13 @@ class LimitTakes(QueueCore):
         args: list[str | None] = [part for (key, _old), value in existing for part in (key, value)]
         args += [key for (key, _old), _value in existing]
         args += [part for (key, old), _value in existing for part in (key, old)]
+        keys = [key for (key, _old), _value in existing]
 
         async def cas(conn: Connection) -> int:
-            return await conn.write(sql.take_many(count), args, prefix=self._store.flavour.claim_prefix)
+            flavour = self._store.flavour
+            if flavour.nowait_guard:
+                return await conn.write(sql.take_many(count, True), [*args, *keys])
+            return await conn.write(sql.take_many(count, False), args, prefix=flavour.claim_prefix)
 
         try:
             changed = await self._store.run(cas)
@@ -114,7 +118,6 @@ class LimitTakes(QueueCore):
             return got | {key for (key, _old), _value in existing}
         # Fewer rows changed than asked: a value is unique (job, reservation, worker), so the rows holding ours
         # are the ones this claim took.
-        keys = [key for (key, _old), _value in existing]
         rows = await self._store.run(lambda conn: conn.fetch(sql.values_of(count), keys))
         values = {key.lower(): value for (key, _old), value in existing}
         return got | {as_text(k).lower() for k, v in rows if values.get(as_text(k).lower()) == as_text(v)}
@@ -129,10 +132,11 @@ class LimitTakes(QueueCore):
         given = (at,) if injected else ()
 
         async def cas(conn: Connection) -> int:
-            prefix = self._store.flavour.claim_prefix  # read in the call: first use learns the server's
+            flavour = self._store.flavour  # read in the call: first use learns the server's
             if old is None:
-                return await conn.write(sql.insert_start(instant), (key, *given), prefix=prefix)
-            return await conn.write(sql.take_start(instant), (*given, key, old, *given, per_ms), prefix=prefix)
+                return await conn.write(sql.insert_start(instant), (key, *given), prefix=flavour.claim_prefix)
+            args = (*given, key, old, *given, per_ms, *((key,) if flavour.nowait_guard else ()))
+            return await conn.write(sql.take_start(instant, flavour.nowait_guard), args, prefix=flavour.claim_prefix)
 
         return await self._lost_race_is_false(cas)
 
@@ -141,10 +145,11 @@ class LimitTakes(QueueCore):
         sql = self._limits_sql()
 
         async def cas(conn: Connection) -> int:
-            prefix = self._store.flavour.claim_prefix
+            flavour = self._store.flavour
             if old is None:
-                return await conn.write(sql.insert(), (key, value), prefix=prefix)
-            return await conn.write(sql.take(), (value, key, old), prefix=prefix)
+                return await conn.write(sql.insert(), (key, value), prefix=flavour.claim_prefix)
+            args = (value, key, old, *((key,) if flavour.nowait_guard else ()))
+            return await conn.write(sql.take(flavour.nowait_guard), args, prefix=flavour.claim_prefix)
 
         return await self._lost_race_is_false(cas)
 

@@ -74,7 +74,7 @@ TAKE_DIED, TAKE_WON = 1, 2
 NEXT_CLAIM = "GREATEST(%(now)s, COALESCE(claimed_at + 1, 0))"
 
 
-def _nowait(statement: str, table: str, key: str, match: str) -> str:
+def nowait_guarded(statement: str, table: str, key: str, match: str) -> str:
     """`statement` (an UPDATE of `table` ending in its WHERE clause) guarded by a lock on the same rows taken
     `FOR UPDATE NOWAIT` first: on a row another transaction holds it fails at once (3572). The guard is an
     uncorrelated scalar subquery, which MySQL evaluates once before it reads a row of the UPDATE (a derived
@@ -427,7 +427,7 @@ def statements_for(prefix: str) -> Statements:
     )
     return replace(
         base,
-        claim_pending_nowait=_nowait(base.claim_pending, jobs, "seq", "= %(seq)s"),
-        claim_lapsed_nowait=_nowait(base.claim_lapsed, jobs, "seq", "= %(seq)s"),
-        renew_leases_nowait=_nowait(base.renew_leases, jobs, "id", "IN %s"),
+        claim_pending_nowait=nowait_guarded(base.claim_pending, jobs, "seq", "= %(seq)s"),
+        claim_lapsed_nowait=nowait_guarded(base.claim_lapsed, jobs, "seq", "= %(seq)s"),
+        renew_leases_nowait=nowait_guarded(base.renew_leases, jobs, "id", "IN %s"),
     )
