@@ -1,12 +1,13 @@
 """The dashboard's pages at scale (issue 22.4): server time per page with 1,000,000 finished and 100,000 waiting jobs.
 
-    python bench/dashboard.py [--finished 1000000] [--waiting 100000] [--days 7] [--reps 5]
+    python bench/dashboard.py [--finished 1000000] [--waiting 100000] [--days 7] [--spaces 1] [--reps 5]
 
 Each page is requested through the ASGI app in this process (no network, no browser: the server's time only),
 median of `--reps`, after one warm-up request; the overview's first request (its chart's closed hours not yet
 counted) is reported apart. Finished jobs are spread over the last `--days` days (1,000,000 over 7 days is about 1.7
-jobs/s), the waiting ones are due over the last hour. The server is PLITZI_MYSQL_URL if set, else a throwaway one;
-the bench's database is dropped at the end.
+jobs/s), the waiting ones are due over the last hour; jobs are dealt round the `--spaces` spaces (the pages without
+a space filter read one index range per space: more spaces cost them more, deep offsets most). The server is
+PLITZI_MYSQL_URL if set, else a throwaway one; the bench's database is dropped at the end.
 """
 
 from __future__ import annotations
@@ -33,18 +34,19 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 from plitzi_jobs_mysql.web import create_dashboard
 
 TARGET_MS = 200
+BACKGROUND = {"read: finished_counts, 24 hours (overview chart, cold)"}
 BATCH = 5_000
 ACTIONS = [f"action-{n}" for n in range(10)]
 FINISHED = ("succeeded", "succeeded", "succeeded", "dead", "cancelled")
 HISTORY = '[{"attempt": 1, "status": "succeeded", "started_at": 0, "ended_at": 0, "worker_id": "w"}]'
 
 
-def fill(url: str, finished: int, waiting: int, days: int) -> None:
+def fill(url: str, finished: int, waiting: int, days: int, spaces: int) -> None:
     conn = pymysql.connect(**parse_mysql_url(url).pymysql_kwargs(), autocommit=True)
     rng = random.Random(22)
     insert = ("INSERT INTO action_jobs (id, space_id, action_id, environment, `trigger`, input, due_at, max_attempts,"
               " status, run_at, attempts, created_at, updated_at, history) VALUES ")  # fmt: skip
-    row = "(%s, 1, %s, 'main', 'bench', '{\"n\": 1}', %s, 3, %s, %s, %s, %s, %s, %s)"
+    row = "(%s, %s, %s, 'main', 'bench', '{\"n\": 1}', %s, 3, %s, %s, %s, %s, %s, %s)"
     with conn.cursor() as cur:
         cur.execute("SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000")
         now = int(cur.fetchone()[0])
@@ -54,23 +56,25 @@ def fill(url: str, finished: int, waiting: int, days: int) -> None:
                 values: list[Any] = []
                 n = min(BATCH, count - base)
                 for i in range(base, base + n):
+                    space, dealt = 1 + i % spaces, i // spaces  # each space gets every action and status
+                    action = ACTIONS[dealt % 10]
                     if kind == "finished":
                         at = now - rng.randrange(days * 86_400_000)
-                        status = FINISHED[i % len(FINISHED)]
+                        status = FINISHED[dealt % len(FINISHED)]
                         history = (
                             '[{"attempt": 1, "status": "succeeded", "started_at": 0, "ended_at": 0, "worker_id": "w"}]'
                         )
-                        values += [f"f-{i}", ACTIONS[i % 10], at - 1000, status, at, 1, at - 1000, at, history]
+                        values += [f"f-{i}", space, action, at - 1000, status, at, 1, at - 1000, at, history]
                     else:
                         at = now - rng.randrange(3_600_000)
-                        values += [f"w-{i}", ACTIONS[i % 10], at, "pending", at, 0, at, at, "[]"]
+                        values += [f"w-{i}", space, action, at, "pending", at, 0, at, at, "[]"]
                 cur.execute(insert + ", ".join([row] * n), values)
             log(f"  {count:,} {kind} jobs in {time.monotonic() - started:.0f} s")
         cur.execute("ANALYZE TABLE action_jobs")
     conn.close()
 
 
-async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
+async def measure(url: str, reps: int, spaces: int) -> list[tuple[str, float, list[float]]]:
     kwargs = parse_mysql_url(url).aiomysql_kwargs()
     pool = await aiomysql.create_pool(**kwargs, minsize=1, maxsize=4, autocommit=True)
     try:
@@ -99,8 +103,8 @@ async def measure(url: str, reps: int) -> list[tuple[str, float, list[float]]]:
             "jobs by status (dead)": "/jobs?space=1&status=dead",
             "jobs, page 201 by offset (offset 10,000: the deepest the page takes)": "/jobs?offset=10000",
             "jobs of one space, page 1,001 by the pager's cursor (50,000 deep)": f"/jobs?space=1&after={deep}",
-            "a job by id (jobs page)": "/jobs?space=1&id=f-4242",
-            "one job": "/job?space=1&id=f-4242",
+            "a job by id (jobs page)": f"/jobs?space=1&id=f-{4242 * spaces}",
+            "one job": f"/job?space=1&id=f-{4242 * spaces}",
             "schedules": "/schedules",
         }
         results = []
@@ -155,19 +159,22 @@ def main() -> int:
     parser.add_argument("--finished", type=int, default=1_000_000)
     parser.add_argument("--waiting", type=int, default=100_000)
     parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--spaces", type=int, default=1)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
     with bench_url("bench_dash") as url:
         asyncio.run(_tables(url))
         log(f"filling {args.finished:,} finished + {args.waiting:,} waiting jobs")
-        fill(url, args.finished, args.waiting, args.days)
+        fill(url, args.finished, args.waiting, args.days, args.spaces)
         asyncio.run(_fold(url))
-        results = asyncio.run(measure(url, args.reps))
-    print(f"\n{args.finished:,} finished + {args.waiting:,} waiting jobs (finished over {args.days} days), "
-          f"server time per page, median of {args.reps} (target < {TARGET_MS} ms)\n")  # fmt: skip
+        results = asyncio.run(measure(url, args.reps, args.spaces))
+    print(f"\n{args.finished:,} finished + {args.waiting:,} waiting jobs (finished over {args.days} days, "
+          f"{args.spaces} space(s)), server time per page, median of {args.reps} (< {TARGET_MS} ms)\n")  # fmt: skip
     print("| page | ms | target |\n|---|---|---|")
     for name, ms, _times in results:
         verdict = "" if not _times else ("pass" if ms < TARGET_MS else "**over**")
+        if name in BACKGROUND:
+            verdict = "no page waits for it (the chart's background count)"
         print(f"| {name} | {ms:,.1f} | {verdict} |")
     return 0
 

@@ -15,12 +15,13 @@ from typing import Any
 
 from .schema import totals
 from .schema.tables import table_names
-from .statements import JOB_COLUMNS
+from .statements import JOB_COLUMN_NAMES, JOB_COLUMNS
 
 #: Past this many spaces with matching jobs, one sort over the matches is the cheaper plan (and the statement
 #: stays short).
 MERGED_SPACES_MAX = 64
 ORDER = "ORDER BY updated_at DESC, seq DESC"
+QUALIFIED = ", ".join(f"j.`{name}`" for name in JOB_COLUMN_NAMES)
 
 
 @dataclass
@@ -66,26 +67,37 @@ class Listing:
         """One statement over the filters as they are: through the index where they name one space."""
         start, start_args = self._start()
         jobs = table_names(self.prefix).jobs
-        statement = (
-            f"SELECT {JOB_COLUMNS} FROM `{jobs}`{self.index() if indexed else ''} WHERE {self.condition(start)} "
-            f"{ORDER} LIMIT %s OFFSET %s"
-        )
+        hint = self.index() if indexed else ""
+        if offset and indexed:
+            # The rows skipped are only walked in the index, never read whole: the page's are, afterwards.
+            places = (
+                f"SELECT updated_at, seq FROM `{jobs}`{hint} WHERE {self.condition(start)} {ORDER} LIMIT %s OFFSET %s"
+            )
+            return _rows_at(jobs, places), [*self.args, *start_args, limit, offset]
+        statement = f"SELECT {JOB_COLUMNS} FROM `{jobs}`{hint} WHERE {self.condition(start)} {ORDER} LIMIT %s OFFSET %s"
         return statement, [*self.args, *start_args, limit, offset]
 
     def merged(self, spaces: list[int], limit: int, offset: int) -> tuple[str, list[Any]]:
-        """The page over these spaces: each space's newest offset + limit rows through the index, merged. The
-        filters' own `space_id IN` stays in each part (harmless: the part's space is one of them)."""
+        """The page over these spaces: each space's newest offset + limit places (updated_at, seq) in the index,
+        merged, and only the page's rows read whole. The filters' own `space_id IN` stays in each part (harmless:
+        the part's space is one of them)."""
         start, start_args = self._start()
         jobs = table_names(self.prefix).jobs
         part = (
-            f"(SELECT {JOB_COLUMNS} FROM `{jobs}`{self.index()} WHERE space_id = %s AND {self.condition(start)} "
+            f"(SELECT updated_at, seq FROM `{jobs}`{self.index()} WHERE space_id = %s AND {self.condition(start)} "
             f"{ORDER} LIMIT %s)"
         )
         args: list[Any] = []
         for space in spaces:
             args += [space, *self.args, *start_args, offset + limit]
-        statement = (
-            f"SELECT {JOB_COLUMNS} FROM ({' UNION ALL '.join([part] * len(spaces))}) AS merged {ORDER} "
-            "LIMIT %s OFFSET %s"
-        )
-        return statement, [*args, limit, offset]
+        places = f"SELECT updated_at, seq FROM ({' UNION ALL '.join([part] * len(spaces))}) AS merged {ORDER} "
+        return _rows_at(jobs, places + "LIMIT %s OFFSET %s"), [*args, limit, offset]
+
+
+def _rows_at(jobs: str, places: str) -> str:
+    """The rows at these places (a SELECT of updated_at, seq), newest first: a join by primary key, no sort of
+    more than the page."""
+    return (
+        f"SELECT {QUALIFIED} FROM ({places}) AS place JOIN `{jobs}` AS j ON j.seq = place.seq "
+        "ORDER BY place.updated_at DESC, place.seq DESC"
+    )

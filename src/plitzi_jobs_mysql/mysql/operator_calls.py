@@ -51,12 +51,14 @@ class OperatorCalls(QueueCore):
             if one_space or not indexed:
                 # Left alone, the optimizer may walk a space's newest rows (its waiting jobs first) to find a
                 # status, or take them by `ref` and sort them all for a cursor: the hint names the page's order.
-                rows = await conn.fetch(*listing.page(limit, offset, indexed=indexed and one_space))
                 total = int((await conn.fetch(*listing.total()))[0][0])
+                # Nothing matches (or the offset is past it all): no walk of the space's index to find so.
+                past = total == 0 or (cursor is None and offset >= total)
+                rows = [] if past else await conn.fetch(*listing.page(limit, offset, indexed=indexed and one_space))
             else:
                 counted = [(int(space), int(n)) for space, n in await conn.fetch(*listing.by_space())]
                 total = sum(n for _, n in counted)
-                if not counted:
+                if not counted or (cursor is None and offset >= total):
                     rows = []
                 elif len(counted) <= MERGED_SPACES_MAX:
                     rows = await conn.fetch(*listing.merged([space for space, _ in counted], limit, offset))

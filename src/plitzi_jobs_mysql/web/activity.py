@@ -28,7 +28,7 @@ HOURS: Final = 24
 CLOSED_AFTER_MS: Final = 60_000
 SCOPES_KEPT: Final = 64  # distinct space selections whose closed hours are kept
 #: How long a page waits for closed hours being counted before it shows those counted so far.
-COUNT_BUDGET_S: Final = 0.08
+COUNT_BUDGET_S: Final = 0.03
 #: Closed hours one statement counts (newest first), so a long first count shows progress hour by hour.
 HOURS_PER_COUNT: Final = 3
 
