@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pymysql
 import pytest
 
 from plitzi_jobs_mysql import create_mysql_job_queue, create_mysql_kv
 from plitzi_jobs_mysql.mysql.pause_calls import HOLD_BATCH
 from plitzi_jobs_mysql.testing.support import now_ms
+from plitzi_jobs_mysql.url import parse_mysql_url
 
 from ..conftest import numbers, open_pool, sql
 from ..support import job
@@ -73,3 +77,41 @@ async def test_pause_rows_are_out_of_reach_of_the_kv(database_url: str, pool: An
     assert paused.action_id is None
     await kv.delete("pause:1:")
     assert len(await queue.list_paused([1])) == 1
+
+
+async def test_an_operator_can_read_the_processlist_while_claims_pause_and_resume(pool: Any, database_url: str) -> None:
+    """Every statement's text stays what information_schema.processlist can show: on MySQL 9 one 0xFF byte in a
+    statement in flight (a pause row's key sent as bytes) fails every read of it with 3854."""
+    queue = create_mysql_job_queue(pool)
+    await queue.enqueue_many([job(f"j{n}", action_id="a" if n % 2 else "b") for n in range(200)])
+    await queue.pause(space_id=1, action_id="b")
+    stop, errors, reads = threading.Event(), [], [0]  # type: threading.Event, list[Exception], list[int]
+
+    def watch() -> None:
+        conn = pymysql.connect(**parse_mysql_url(database_url).pymysql_kwargs(), autocommit=True)
+        try:
+            with conn.cursor() as cur:
+                while not stop.is_set():
+                    try:
+                        cur.execute("SELECT COUNT(*), MAX(LENGTH(INFO)) FROM information_schema.processlist")
+                        cur.fetchall()
+                        reads[0] += 1
+                    except pymysql.err.MySQLError as error:
+                        errors.append(error)
+        finally:
+            conn.close()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        for n in range(60):
+            await queue.claim(worker_id="w", lease_ms=60_000, limit=1)
+            await queue.list_paused([1])
+            if n % 10 == 0:
+                await queue.resume(space_id=1, action_id="b")
+                await queue.pause(space_id=1, action_id="b")
+    finally:
+        stop.set()
+        await asyncio.to_thread(watcher.join)
+    assert reads[0] > 0
+    assert errors == [], f"{len(errors)} of {len(errors) + reads[0]} processlist reads failed: {errors[0]}"

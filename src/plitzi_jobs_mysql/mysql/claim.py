@@ -18,7 +18,7 @@ from .claim_values import DIED, LOST, WON, Candidate
 from .limit_statements import with_groups
 from .limit_takes import Plan
 from .limits import LimitedClaims
-from .pause_calls import PAUSES_FROM, PAUSES_TO, pause_statements_for
+from .pause_calls import pause_statements_for
 from .queue_core import QueueCore, log
 from .rows import job_columns, job_from_columns
 from .session import Connection, as_text, is_conflict
@@ -94,7 +94,7 @@ class ClaimCalls(LimitedClaims, QueueCore):
 
         async def read(conn: Connection) -> list[Candidate]:
             for attempt in range(MAX_HOLD_REREADS):
-                rows = await conn.fetch(sql.due_priorities, (now, PAUSES_FROM, PAUSES_TO))
+                rows = await conn.fetch(sql.due_priorities, (now,))
                 found = await read_from(conn, sorted(int(row[0]) for row in rows if row[0] is not None))
                 paused = any(row[0] is None and int(row[1]) for row in rows)
                 if not (paused and found):

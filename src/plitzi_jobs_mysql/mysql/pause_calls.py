@@ -24,9 +24,8 @@ from ..records import JobStatus, PausedAction
 from .bulk_calls import BulkCalls
 from .schema.tables import table_names
 from .session import as_text
+from .statements import PAUSE_ROWS, PAUSES_FROM
 
-#: Where the pause rows live in the kv table: [PAUSES_FROM, PAUSES_TO).
-PAUSES_FROM, PAUSES_TO = b"\xffpause:", b"\xffpause;"
 #: Jobs one claim marks held at most (a bulk batch's size: bulk_calls.py).
 HOLD_BATCH = 500
 _EVERY_STATUS = [status.value for status in JobStatus]
@@ -61,9 +60,11 @@ def pause_statements(jobs: str, kv: str) -> PauseStatements:
         f"WHERE seq IN %s AND held = 0 AND status IN ('pending', 'running') AND {covering}"
     )
     release = f"UPDATE {jobs} FORCE INDEX (PRIMARY) SET held = 0 WHERE seq IN %s AND held = 1"
-    insert = f"INSERT INTO {kv} (k, v, expires_at) VALUES (%s, %s, NULL) ON DUPLICATE KEY UPDATE k = k"
-    delete = f"DELETE FROM {kv} WHERE k = %s"
-    listed = f"SELECT k, v FROM {kv} WHERE k >= %s AND k < %s ORDER BY k"
+    # Keys go as hex (UNHEX(%s), X'…'): a 0xFF byte in a statement's text makes every concurrent read of
+    # information_schema.processlist fail on MySQL 9 (3854, "Cannot convert string … to utf8mb3").
+    insert = f"INSERT INTO {kv} (k, v, expires_at) VALUES (UNHEX(%s), %s, NULL) ON DUPLICATE KEY UPDATE k = k"
+    delete = f"DELETE FROM {kv} WHERE k = UNHEX(%s)"
+    listed = f"SELECT k, v FROM {kv} WHERE {PAUSE_ROWS} ORDER BY k"
     covered = f"SELECT seq FROM {jobs} FORCE INDEX (PRIMARY) WHERE seq IN %s AND held = 0 AND {covering}"
     covered_due = (
         f"SELECT seq FROM {jobs} FORCE INDEX (job_claim) WHERE status = 'pending' AND held = 0 AND priority IN %s "
@@ -88,7 +89,7 @@ class PauseCalls(BulkCalls):
         sql = pause_statements_for(self._store.prefix)
         key = pause_key(space_id, action_id)
         now = await self._now_ms()
-        await self._store.retrying(lambda conn: conn.write(sql.insert, (key, str(now))))
+        await self._store.retrying(lambda conn: conn.write(sql.insert, (key.hex(), str(now))))
 
         async def mark(seqs: list[int], _now: int) -> int:
             return await self._store.retrying(lambda conn: conn.write(sql.hold, (seqs,)))
@@ -100,7 +101,7 @@ class PauseCalls(BulkCalls):
         check.bulk_args(space_id, action_id)
         sql = pause_statements_for(self._store.prefix)
         key = pause_key(space_id, action_id)
-        if not await self._store.retrying(lambda conn: conn.write(sql.delete, (key,))):
+        if not await self._store.retrying(lambda conn: conn.write(sql.delete, (key.hex(),))):
             return
 
         async def clear(seqs: list[int], _now: int) -> int:
@@ -113,7 +114,7 @@ class PauseCalls(BulkCalls):
         """The pauses of those spaces, by space: the whole space's first, then its actions' by id."""
         spaces = set(check.space_ids(space_ids))
         listed = pause_statements_for(self._store.prefix).listed
-        rows = await self._store.run(lambda conn: conn.fetch(listed, (PAUSES_FROM, PAUSES_TO)))
+        rows = await self._store.run(lambda conn: conn.fetch(listed))
         found = []
         for k, v in rows:
             space, _, action = bytes(k)[len(PAUSES_FROM) :].decode().partition(":")

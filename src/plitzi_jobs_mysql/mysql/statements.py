@@ -36,6 +36,10 @@ SCHEDULE_COLUMN_NAMES = tuple(
 JOB_COLUMNS = ", ".join(f"`{name}`" for name in JOB_COLUMN_NAMES)
 SCHEDULE_COLUMNS = ", ".join(f"`{name}`" for name in SCHEDULE_COLUMN_NAMES)
 TERMINAL = "(" + ", ".join(f"'{status}'" for status in JobStatus if status.terminal) + ")"
+#: Where the pause rows live in the kv table (mysql/pause_calls.py): [PAUSES_FROM, PAUSES_TO), as hex in SQL text:
+#: a 0xFF byte in a statement makes concurrent reads of information_schema.processlist fail on MySQL 9 (3854).
+PAUSES_FROM, PAUSES_TO = b"\xffpause:", b"\xffpause;"
+PAUSE_ROWS = f"k >= X'{PAUSES_FROM.hex()}' AND k < X'{PAUSES_TO.hex()}'"
 
 # What a database holds, read on first use and by `migrate` (schema.schema_state reads the rows): each table's
 # version record (its COMMENT) and its columns. Plain reads of the data dictionary, no locks.
@@ -232,7 +236,7 @@ def statements_for(prefix: str) -> Statements:
         due_priorities=(
             f"(SELECT priority, MIN(run_at) FROM {jobs} FORCE INDEX (job_claim) "
             "WHERE status = 'pending' AND held = 0 AND run_at <= %s GROUP BY status, held, priority) UNION ALL "
-            f"(SELECT NULL, COUNT(*) FROM {kv} WHERE k >= %s AND k < %s)"
+            f"(SELECT NULL, COUNT(*) FROM {kv} WHERE {PAUSE_ROWS})"
         ),
         claim_pending_candidates=pending_read,
         claim_lapsed_candidates=lapsed_read,
