@@ -39,20 +39,15 @@ RECOVERY_PASSWORD = "recovery-pw"  # loopback only, a throwaway cluster
 
 
 def group_replication_missing_reason() -> str | None:
-    """Why a Group Replication cluster cannot be started here, or None when it can.
+    """Why a Group Replication cluster cannot be started here, or None when it can (PLITZI_GROUP_REPLICATION=0
+    skips it on purpose).
 
-    KNOWN HANG (found 2026-12-02, open in issue 24): with the job totals' triggers (schema 3), a write on a member
-    whose session runs `group_replication_consistency = BEFORE` stalls: the trigger's INSERT runs the "transaction
-    begin" hook, which waits for the applier, while the applier waits on the row the same statement already
-    changed. `group_replication_consistency = 'AFTER'` was tried too (2026-12-02, afternoon): the drain stalls as
-    well, claims and the triggers' INSERTs in "Executing hook on transaction begin", commits in "waiting for handler
-    commit", appliers "Waiting for preceding transaction to commit" on every member. Until that is fixed, these
-    suites run only when PLITZI_GROUP_REPLICATION=1 asks for them."""
-    if os.environ.get("PLITZI_GROUP_REPLICATION", "") != "1":
-        return (
-            "GROUP REPLICATION TESTS SKIPPED: a write stalls on Group Replication with the job totals' triggers "
-            "(tests/harness/group_replication.py says why); PLITZI_GROUP_REPLICATION=1 runs them"
-        )
+    Fixed 2026-12-02 (evening): with the job totals' triggers, a lone write under `group_replication_consistency =
+    BEFORE` deadlocked with the member's applier (the consistency wait runs again for each trigger's statement,
+    holding the rows the statement changed); the adapter now sends each write between BEGIN and COMMIT, where the
+    wait runs once, at BEGIN (mysql/flavour.py)."""
+    if os.environ.get("PLITZI_GROUP_REPLICATION", "") == "0":
+        return "GROUP REPLICATION TESTS SKIPPED: PLITZI_GROUP_REPLICATION=0"
     reason = mysql_root_missing_reason()
     if reason is not None:
         return reason.replace("MYSQL 9.7 TESTS", "GROUP REPLICATION TESTS")

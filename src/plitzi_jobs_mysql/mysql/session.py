@@ -153,11 +153,15 @@ def bind(sql: str, args: Any) -> tuple[str, Any]:
 class Connection:
     """One borrowed connection: reads, and writes that are each their own transaction."""
 
-    def __init__(self, raw: Any, statement_prefix: str = "") -> None:
+    def __init__(self, raw: Any, statement_prefix: str = "", explicit_writes: bool = False) -> None:
         self.raw = raw
         self.autocommit: bool = bool(raw.get_autocommit())
         self.prefix = statement_prefix
         self.open_read = False
+        # Group Replication: a write runs between BEGIN and COMMIT. Its consistency wait (`BEFORE`) then runs at
+        # BEGIN, with no row locked; a lone statement also runs it again for each trigger's statement, holding the
+        # rows it changed, while the member's applier waits on them: a deadlock (flavour.py).
+        self.explicit_writes = explicit_writes
 
     def _bind(self, sql: str, args: Any, prefix: str | None = None) -> tuple[str, Any]:
         sql, args = bind(sql, args)
@@ -187,10 +191,12 @@ class Connection:
 
     async def _write(self, sql: str, args: Any, prefix: str | None) -> tuple[int, int]:
         try:
+            if self.explicit_writes:
+                await self.raw.begin()
             async with self.raw.cursor() as cur:
                 await cur.execute(*self._bind(sql, args, prefix))
                 result = int(cur.rowcount), int(cur.lastrowid or 0)
-            if not self.autocommit:
+            if not self.autocommit or self.explicit_writes:
                 await self.raw.commit()  # on Galera only a successful COMMIT proves a win
                 self.open_read = False
             return result
@@ -199,7 +205,7 @@ class Connection:
             raise
 
     async def rollback(self) -> None:
-        if not self.autocommit:
+        if not self.autocommit or self.explicit_writes:
             try:
                 await self.raw.rollback()
             except Exception:  # the connection is broken; the pool will drop it
@@ -304,6 +310,7 @@ class MysqlStore:
                     GROUP_CONSISTENCY,
                 )
             self.statement_prefix = conn.prefix = self.flavour.statement_prefix
+            conn.explicit_writes = self.flavour.group_replication
             self._ready = True
 
     async def _set_up_session(self, conn: Connection) -> None:
@@ -369,7 +376,7 @@ class MysqlStore:
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
         async with self.pool.acquire() as raw:
-            conn = Connection(raw, self.statement_prefix)
+            conn = Connection(raw, self.statement_prefix, self.flavour.group_replication)
             ok = False
             try:
                 await self._first_use(conn)
@@ -395,7 +402,7 @@ class MysqlStore:
             # `connection()` written out: every statement of the queue comes through here, and the
             # generator-based context manager cost a measurable share of an enqueue's client CPU.
             async with self.pool.acquire() as raw:
-                conn = Connection(raw, self.statement_prefix)
+                conn = Connection(raw, self.statement_prefix, self.flavour.group_replication)
                 ok = False
                 try:
                     if not self._ready:
