@@ -57,11 +57,7 @@ class Listing:
 
     def by_space(self) -> tuple[str, list[Any]]:
         """Matching jobs per space, from the totals: the spaces a merged page reads, and its total."""
-        statement = (
-            f"SELECT space_id, SUM(n) FROM `{totals.totals_name(self.prefix)}` WHERE status <> '' AND "
-            f"{self.condition()} GROUP BY space_id HAVING SUM(n) <> 0 ORDER BY space_id"
-        )
-        return statement, list(self.args)
+        return totals.totals_by_space(self.prefix, self.condition()), list(self.args)
 
     def page(self, limit: int, offset: int, *, indexed: bool) -> tuple[str, list[Any]]:
         """One statement over the filters as they are: through the index where they name one space."""

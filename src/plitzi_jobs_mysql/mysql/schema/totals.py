@@ -155,6 +155,14 @@ def totals_read(prefix: str, where: str) -> str:
     )
 
 
+def totals_by_space(prefix: str, where: str) -> str:
+    """Matching jobs per space (only those with some), by space: what a page over several spaces reads."""
+    return (
+        f"SELECT space_id, SUM(n) FROM `{totals_name(prefix)}` WHERE status <> '' AND {where} "
+        "GROUP BY space_id HAVING SUM(n) <> 0 ORDER BY space_id"
+    )
+
+
 def total_read(prefix: str, where: str) -> str:
     return f"SELECT COALESCE(SUM(n), 0) FROM `{totals_name(prefix)}` WHERE status <> '' AND {where}"
 
