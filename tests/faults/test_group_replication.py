@@ -500,12 +500,15 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
         for i in range(2)
     ]
     fires: list[str] = []
+    duplicates: list[str] = []
 
     async def sweeper(queue: Any) -> None:
         scheduler = create_scheduler(queue=queue, lookups=Lookups())
         while not stop.is_set():
             try:
-                fires.extend((await scheduler.sweep()).enqueued)
+                swept = await scheduler.sweep()
+                fires.extend(swept.enqueued)
+                duplicates.extend(swept.duplicates)
             except Exception as error:
                 on_error(error)
             await asyncio.sleep(0.2)
@@ -585,7 +588,13 @@ async def drill(cluster: GroupReplicationCluster, url: str, database: str, jobs:
     print(f"\ngroup replication, member SIGKILLed behind haproxy: {found}")
     assert len(rows_by_id) == jobs + len(fired) and {r[1] for r in rows_by_id.values()} == {"succeeded"}
     assert set(runs) == set(rows_by_id) and set(runs.values()) == {1}, collections.Counter(runs.values())
-    assert len(fires) == len(set(fires)) == len(fired), collections.Counter(fires).most_common(3)
+    # No fire is reported enqueued twice, and every fire in the table was reported. An enqueue whose commit
+    # reached the group just as its member died cannot know it landed: that schedule stays due, and the sweep
+    # that moves it on finds the job there and reports it a duplicate.
+    fired_ids = {r[0].decode() for r in fired}
+    assert len(fires) == len(set(fires)), collections.Counter(fires).most_common(3)
+    assert set(fires) | set(duplicates) == fired_ids, sorted(fired_ids ^ (set(fires) | set(duplicates)))[:3]
+    found["fires_landed_unseen"] = len(fired_ids - set(fires))
     per_schedule: dict[str, list[int]] = collections.defaultdict(list)
     for r in fired:
         per_schedule[r[5].decode()].append(int(r[3]))
