@@ -107,10 +107,17 @@ def drop_job_tables(op: SupportsExecute, prefix: str = "") -> None:
 
 
 def sql_script(statements: list[str]) -> str:
-    """The statements as a script for the ``mariadb``/``mysql`` client: each ends with ``;``."""
+    """The statements as a script for the ``mariadb``/``mysql`` client: each ends with ``;``, and one with ``;``
+    inside (the totals' UPDATE trigger, a compound statement) goes between ``DELIMITER`` lines."""
     if not statements:
         return ""
-    return "\n\n".join(statement.rstrip().rstrip(";") + ";" for statement in statements) + "\n"
+    return "\n\n".join(_scripted(statement.rstrip()) for statement in statements) + "\n"
+
+
+def _scripted(statement: str) -> str:
+    if ";" in statement.rstrip(";"):
+        return f"DELIMITER //\n{statement} //\nDELIMITER ;"
+    return statement.rstrip(";") + ";"
 
 
 IncludeObject = Callable[[Any, "str | None", str, bool, Any], bool]
