@@ -157,9 +157,10 @@ def test_rate_holds_across_processes(fleet: Fleet, database_url: str) -> None:
     ]
     assert len(claims) >= count
     # 10 per 500 ms by the server's clock, which the rate entries are judged on. A job's claim instant is its
-    # process's reading of that clock (off by up to half a clock read's round trip, tens of ms on a busy machine),
-    # hence the 50 ms given back. With the limit off, 40 fall in one window.
-    assert most_in_window(claims, 450) <= 10
+    # process's reading of that clock, while the rate entries are taken at the server's own NOW: the two differ by
+    # the reading's age when the claim's statement runs (tens of ms on a busy machine; 12 starts fell within 450 ms
+    # once under -n 2 beside the fault suites), hence the 100 ms given back. With the limit off, 40 share a window.
+    assert most_in_window(claims, 400) <= 10
     span = max(claims) - min(claims)
     assert span >= (count // 10 - 1) * 500 - 50, f"{count} starts at 10 per 500 ms took only {span} ms"
 
