@@ -1,10 +1,12 @@
-"""Exact job totals per (space, action, status) without counting rows at read time.
+"""Exact job totals per (space, action, status) without counting the history at read time.
 
 Every status change of a job row is recorded by the server itself: AFTER INSERT / UPDATE / DELETE triggers on the
 jobs table append delta rows (+1 for the new status, -1 for the old) to `{prefix}action_totals`, inside the very
-statement that changed the job. So the totals cannot drift through kills, cut connections, retried statements,
-purges, requeues, the schedule sweep or any transition added later (a caller's transaction included: its deltas
-commit or roll back with it), and no status-changing statement has anything to call.
+statement that changed the job. Pending and running count as one bucket there (a claim or a retry moves none),
+and the reads split it by the running rows (`kept_totals`). So the totals cannot drift through kills, cut
+connections, retried statements, purges, requeues, the schedule sweep or any transition added later (a caller's
+transaction included: its deltas commit or roll back with it), and no status-changing statement has anything to
+call.
 
 Why deltas rather than counter rows updated in place: claims run with no lock wait at all (flavour.py: a held row
 is a lost race), so a counter row that another claim's statement holds would fail claims that never collided on a
