@@ -19,8 +19,9 @@ transaction under READ COMMITTED, so no gap lock stops the triggers' inserts mea
 
 The UPDATE trigger is a compound statement (BEGIN IF ... END IF; END): an update that moves no total (a claim, a
 heartbeat, a retry) then runs no statement at all, where an INSERT ... SELECT ... WHERE false still ran one (a
-drain of claims and settles: 0.80 -> 0.92 of its speed without triggers, bench/totals_cost.py). `ddl --totals`
-puts it between DELIMITER lines for the `mariadb`/`mysql` client; the other runners send each statement whole.
+drain of claims and settles: 0.78 -> 0.91 of its speed without triggers, bench/totals_cost.py, bench/HISTORY.md).
+`ddl --totals` puts it between DELIMITER lines for the `mariadb`/`mysql` client; the other runners send each
+statement whole.
 Creating triggers needs the TRIGGER privilege and, on a server that writes a binary log, SUPER (or
 log_bin_trust_function_creators = 1). CREATE TRIGGER cannot be PREPAREd on MySQL, so no upgrade statement can guard
 it: the migration runners (`migrate`, the Alembic helpers, first use) create the triggers and backfill once the
@@ -64,12 +65,9 @@ def totals_table(prefix: str = "") -> str:
 ) {_OPTIONS} COMMENT='{TOTALS_COMMENT}'"""
 
 
-def _row(side: str, n: int) -> str:
-    return f"SELECT {DELTA_ID}, {side}.space_id, {side}.action_id, {side}.status, {n}"
-
-
-def _bucket(side: str) -> str:
-    return f"IF({side}.status = 'running', 'pending', {side}.status)"
+def _bucket(status: str) -> str:
+    """The total a status counts in: pending and running are one (`kept_totals` splits it)."""
+    return f"IF({status} = 'running', 'pending', {status})"
 
 
 def totals_triggers(prefix: str = "") -> list[str]:
@@ -80,7 +78,7 @@ def totals_triggers(prefix: str = "") -> list[str]:
     # Pending and running are one bucket here (`kept_totals` splits it): a claim, a retry and a takeover write
     # nothing, so the claims' hot path carries no trigger row at all.
     moved = (
-        f"NOT ({_bucket('OLD')} <=> {_bucket('NEW')} AND OLD.space_id <=> NEW.space_id "
+        f"NOT ({_bucket('OLD.status')} <=> {_bucket('NEW.status')} AND OLD.space_id <=> NEW.space_id "
         "AND OLD.action_id <=> NEW.action_id)"
     )
     return [
@@ -176,8 +174,7 @@ def kept_totals(prefix: str) -> str:
     jobs, totals = table_names(prefix).jobs, totals_name(prefix)
     return (
         "SELECT space_id, action_id, status, SUM(n) AS n FROM ("
-        "SELECT space_id, action_id, IF(status = 'running', 'pending', status) AS status, n "
-        f"FROM `{totals}` WHERE status <> '' "
+        f"SELECT space_id, action_id, {_bucket('status')} AS status, n FROM `{totals}` WHERE status <> '' "
         f"UNION ALL SELECT j.space_id, j.action_id, r.status, r.n FROM `{jobs}` AS j FORCE INDEX (job_due) "
         "JOIN (SELECT 'running' AS status, 1 AS n UNION ALL SELECT 'pending', -1) AS r WHERE j.status = 'running'"
         ") AS moves GROUP BY space_id, action_id, status"
