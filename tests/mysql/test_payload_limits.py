@@ -157,6 +157,9 @@ async def test_a_packet_lowered_after_first_use_is_learned_again(
         await pool.clear()  # the pool's new connections take the new setting
         with pytest.raises(PayloadTooLargeError, match="max_allowed_packet"):
             await queue.enqueue(job("refused-by-the-server", input={"s": "x" * (3 * MiB)}))
+        # The server dropped the connection that sent it; the client would learn so only on its next read, so
+        # the connection is closed before the pool could hand it to the next caller.
+        assert pool.size == 0, "the connection the server dropped went back to the pool"
         with pytest.raises(PayloadTooLargeError, match=str(PACKET // 2)):
             await queue.enqueue(job("refused-before-sending", input={"s": "x" * (3 * MiB)}))
         assert await queue.enqueue(job("after"))

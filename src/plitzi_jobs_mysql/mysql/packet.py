@@ -8,7 +8,9 @@ quotes, backslashes, NUL, CR, LF and Ctrl-Z with a backslash, so text full of th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pymysql.constants import ER
 
 from ..contract.validation import PAYLOAD_MAX_BYTES
 from ..errors import PayloadTooLargeError
@@ -76,3 +78,10 @@ def batches(rows: list[tuple[JobInput, str, int]], budget: int) -> list[list[tup
     if current:
         split.append(current)
     return split
+
+
+def drop_if_refused(raw: Any, code: int | None) -> None:
+    """After an error with this code: a statement refused for its size (1153) made the server drop the connection,
+    which the client learns only on its next read. Closed here, so the pool never hands it to the next caller."""
+    if code == ER.NET_PACKET_TOO_LARGE:
+        raw.close()

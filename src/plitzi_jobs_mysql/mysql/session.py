@@ -383,6 +383,9 @@ class MysqlStore:
                 await self._set_up_session(conn)
                 yield conn
                 ok = True
+            except Exception as error:
+                packet.drop_if_refused(raw, error_code(error))
+                raise
             finally:
                 await self._end_borrow(conn, ok)
 
@@ -412,6 +415,9 @@ class MysqlStore:
                     result = await operation(conn)
                     ok = True
                     return result
+                except Exception as error:
+                    packet.drop_if_refused(raw, error_code(error))
+                    raise
                 finally:
                     if not conn.autocommit:  # nothing to end under autocommit: no coroutine for it either
                         await self._end_borrow(conn, ok)
