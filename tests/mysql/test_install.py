@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -56,6 +57,11 @@ class Installed:
         )
 
 
+#: What the copy of the checkout leaves out: what no build reads, and what tests write while others run.
+SKIPPED_IN_COPY = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".ruff_cache",
+                   ".pytest_cache", "node_modules", "plitzi_jobs_mysql-*")  # fmt: skip
+
+
 def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
     assert result.returncode == 0, f"{what} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
 
@@ -64,8 +70,12 @@ def _check(result: subprocess.CompletedProcess[str], what: str) -> None:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     base = tmp_path_factory.mktemp("user")
     dist = base / "dist"
+    # Built from a copy of the checkout: setuptools stages the sdist in the source directory, where the other
+    # test process's work must not meet it (CI once lost a staged file of it there).
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*SKIPPED_IN_COPY))
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(ROOT)],
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist), str(source)],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     _check(built, "python -m build")
