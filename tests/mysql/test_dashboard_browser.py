@@ -202,8 +202,11 @@ async def test_hostile_job_fields_run_no_script_and_the_page_stays_usable(
             assert text in await page.locator("table.jobs").inner_text()  # shown as text, whole
         await shot(page, "07-hostile-jobs")
         await page.click("table.jobs tbody tr >> nth=0 >> td.id a")
-        assert await page.locator("button:has-text('Cancel')").is_visible()  # not pushed away by 1 MiB of input
-        box = await page.locator("button:has-text('Cancel')").bounding_box()
+        # is_visible() does not wait: the click returns once the job's page commits, before it has all arrived
+        await page.wait_for_load_state("load")
+        cancel = page.locator("button:has-text('Cancel')")
+        await cancel.wait_for(state="visible", timeout=10_000)  # there, and not pushed away by 1 MiB of input
+        box = await cancel.bounding_box()
         assert box is not None and box["y"] < 400
         assert "more characters" in await page.locator("main").inner_text()
         await shot(page, "08-hostile-job")
