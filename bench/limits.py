@@ -93,23 +93,41 @@ async def claims_beside(pool: Any, admin: Any, saturated: bool, claims: int) -> 
     return spent / claims
 
 
-async def utilisation(pool: Any, admin: Any, n: int, concurrency: int, run_s: float) -> float:
+async def utilisation(pool: Any, admin: Any, n: int, concurrency: int, run_s: float) -> tuple[float, float]:
+    """The time `concurrency` slots busy all along would take / the time taken, and the longest time fewer than
+    `concurrency` jobs ran while more waited (from the first start to the last: jobs wait all along)."""
     empty(admin)
     queues = [create_mysql_job_queue(pool), create_mysql_job_queue(pool)]
     await queues[0].enqueue_many(jobs("limited", n, secrets.token_hex(3)))
     done = asyncio.Event()
-    seen = 0
+    runs: list[tuple[float, float]] = []
 
     async def handler(job: Job) -> None:
-        nonlocal seen
+        started = time.perf_counter()
         await asyncio.sleep(run_s)
-        seen += 1
-        if seen >= n:
+        runs.append((started, time.perf_counter()))
+        if len(runs) >= n:
             done.set()
 
     limits = {"limited": ActionLimit(concurrency=concurrency)}
     workers = [create_job_worker(queue=q, handler=handler, workers=8, limits=limits) for q in queues]
-    return (n * run_s / concurrency) / await seconds_until(done, *workers)
+    used = (n * run_s / concurrency) / await seconds_until(done, *workers)
+    return used, longest_gap(runs, concurrency)
+
+
+def longest_gap(runs: list[tuple[float, float]], concurrency: int) -> float:
+    """The longest stretch, up to the last start, in which fewer than `concurrency` of `runs` ran."""
+    last_start = max(start for start, _end in runs)
+    moves = sorted([(start, 1) for start, _end in runs] + [(end, -1) for _start, end in runs if end < last_start])
+    running, short_since, longest = 0, moves[0][0], 0.0
+    for at, step in moves:
+        short = running < concurrency
+        if short:
+            longest = max(longest, at - short_since)
+        running += step
+        if running < concurrency and not short:
+            short_since = at
+    return longest
 
 
 async def main(argv: list[str]) -> None:
@@ -117,7 +135,7 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int, default=None)
     args = parser.parse_args(argv)
-    reps = args.reps or (2 if args.quick else 5)
+    reps = args.reps or (2 if args.quick else 9)  # 5 left the drain ratios 10% apart between runs
     n = 1_000 if args.quick else 3_000
     with bench_url("bench_limits") as url:
         where = parse_mysql_url(url)
@@ -131,15 +149,18 @@ async def main(argv: list[str]) -> None:
             statements: dict[str, list[float]] = {name: [] for name in rates}
             waits: dict[bool, list[float]] = {False: [], True: []}
             used: dict[float, list[float]] = {0.02: [], 0.1: []}
+            gaps: dict[float, list[float]] = {0.02: [], 0.1: []}
             for rep in range(reps):  # interleaved, so drift on a shared machine falls on every variant alike
                 for name, limits in (("none", None), ("never binds", never), ("other action", other)):
                     rate, per_job = await drain(pool, admin, n, limits)
                     rates[name].append(rate)
                     statements[name].append(per_job)
-                for saturated in (False, True):
+                for saturated in (False, True) if rep % 2 == 0 else (True, False):
                     waits[saturated].append(await claims_beside(pool, admin, saturated, 30))
                 for run_s, count in ((0.02, 240), (0.1, 80)):
-                    used[run_s].append(await utilisation(pool, admin, count // (2 if args.quick else 1), 4, run_s))
+                    share, gap = await utilisation(pool, admin, count // (2 if args.quick else 1), 4, run_s)
+                    used[run_s].append(share)
+                    gaps[run_s].append(gap)
                 print(f"rep {rep + 1}/{reps} done", file=sys.stderr)
         finally:
             pool.close()
@@ -156,7 +177,8 @@ async def main(argv: list[str]) -> None:
           f"of a saturated limited action (ratio {beside / alone:.2f})")  # fmt: skip
     for run_s, values in used.items():
         print(f"utilisation of a binding concurrency limit of 4 ({run_s * 1e3:.0f} ms handlers, 2 workers x 8 "
-              f"slots): {statistics.median(values):.0%} (min {min(values):.0%})")  # fmt: skip
+              f"slots): {statistics.median(values):.0%} (min {min(values):.0%}); longest time a slot sat idle while "
+              f"jobs waited: {max(gaps[run_s]) * 1e3:.0f} ms (the worker's poll: 1,000 ms)")  # fmt: skip
     print(f"\nbeside: {RIVER}")
 
 

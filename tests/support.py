@@ -219,3 +219,22 @@ class PlainQueue:
 
 def ids(jobs: Sequence[Job]) -> list[str]:
     return [j.id for j in jobs]
+
+
+class Ledger:
+    """A handler keeping (action, start, end) of every run, by the monotonic clock, and the most running at once
+    per action: a job of the action `limited` runs 20 ms, any other 1 ms."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, float, float]] = []
+        self.running: dict[str, int] = {}
+        self.most: dict[str, int] = {}
+
+    async def handler(self, job: Job) -> None:
+        action = job.action_id
+        self.running[action] = self.running.get(action, 0) + 1
+        self.most[action] = max(self.most.get(action, 0), self.running[action])
+        start = time.monotonic()
+        await asyncio.sleep(0.02 if action == "limited" else 0.001)
+        self.running[action] -= 1
+        self.runs.append((action, start, time.monotonic()))

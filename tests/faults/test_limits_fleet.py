@@ -3,7 +3,9 @@
 4 replicas x 8 handlers drain a limited action beside an unlimited one. The ledger (one row per run, on the
 server's clock) shows the limited action's running count never above its concurrency at any instant (a killed
 run counted as running until just after its kill), its claims (each attempt's `started_at`, the store's claim
-instant) never more than `rate` in any window, every job succeeded once, and the unlimited jobs not held back.
+instant) never more than `rate` in any window, every job succeeded once, and the unlimited jobs not held back;
+the concurrency and the rate hold the same way while replicas are SIGKILLed and while the fault proxy cuts
+connections.
 Longer runs: PLITZI_LIMITS_JOBS=5000 (issue 21.3's size).
 """
 
@@ -28,7 +30,7 @@ from plitzi_jobs_mysql.url import parse_mysql_url
 from tests.harness.injectors import ProxyCuts
 from tests.harness.replica import LedgerRow, ensure_ledger, read_ledger
 
-from ..conftest import sql
+from ..conftest import assert_totals_exact, sql
 from .test_killed_workers import Fleet, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -36,6 +38,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 LEASE_MS = 1_500
 JOBS = int(os.environ.get("PLITZI_LIMITS_JOBS", "240"))
 CONCURRENCY = 3
+RATED = max(40, JOBS // 6)  # jobs of the action limited to 10 starts per 500 ms
+#: (concurrency, handlers per replica): a limit of 3 binds from the first claim; one of 36 for 4 x 12 handlers starts
+#: with room to spare, so claims reserve slots for a while (mysql/limit_reserved.py), and binds once they run.
+SIZES = {"near": (CONCURRENCY, 8), "roomy": (36, 12)}
 
 
 def insert(url: str, action_id: str, count: int, sleep_ms: int) -> None:
@@ -84,12 +90,16 @@ def most_in_window(instants: list[int], window_ms: int) -> int:
     return most
 
 
+def start_fleet(database_url: str, tmp_path: Path, concurrency: int = CONCURRENCY, workers: int = 8) -> Fleet:
+    ensure_ledger(database_url)
+    return Fleet(database_url, tmp_path, workers=workers, lease_ms=LEASE_MS, poll_ms=100, produce=False,
+                 backoff_base_ms=100, backoff_max_ms=400, log_level="INFO",
+                 limit=[f"limited={concurrency}", "rated=,10,500"])  # fmt: skip
+
+
 @pytest.fixture
 def fleet(database_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    ensure_ledger(database_url)
-    started = Fleet(database_url, tmp_path, workers=8, lease_ms=LEASE_MS, poll_ms=100, produce=False,
-                    backoff_base_ms=100, backoff_max_ms=400, log_level="INFO",
-                    limit=[f"limited={CONCURRENCY}", "rated=,10,500"])  # fmt: skip
+    started = start_fleet(database_url, tmp_path)
     try:
         yield started
     finally:
@@ -100,10 +110,29 @@ def finished(url: str) -> bool:
     return sql(url, "SELECT COUNT(*) FROM action_jobs WHERE status IN ('pending', 'running')")[0][0] == 0
 
 
-def test_concurrency_holds_across_processes_while_workers_are_killed(fleet: Fleet, database_url: str) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_concurrency_holds_across_processes_while_workers_are_killed(
+    size: str, database_url: str, tmp_path: Path
+) -> None:
+    concurrency, workers = SIZES[size]
+    fleet = start_fleet(database_url, tmp_path, concurrency, workers)
+    try:
+        _drain_with_kills(fleet, database_url, concurrency)
+    finally:
+        fleet.stop_all()
+
+
+def _drain_with_kills(fleet: Fleet, database_url: str, concurrency: int) -> None:
     rng = random.Random(21)
-    insert(database_url, "limited", JOBS, sleep_ms=15)
+    # The roomy limit's runs are longer, so that 36 at once is within what this machine's fleet can claim.
+    jobs, sleep_ms = (JOBS, 15) if concurrency == CONCURRENCY else (JOBS * 3, 150)
+    # The rated jobs run beside the limit of 3 only: a claim refused by a rate forgets the groups it found
+    # saturated (a window opens at an instant no memory may hide, limit_saturated.py), so beside a rate at its
+    # bound every claim reads past the limited backlog again, and the fleet no longer fills all 36 slots at once.
+    rated = RATED if concurrency == CONCURRENCY else 0
+    insert(database_url, "limited", jobs, sleep_ms=sleep_ms)
     insert(database_url, "free", JOBS, sleep_ms=2)
+    insert(database_url, "rated", rated, sleep_ms=1)
     for _ in range(4):
         fleet.spawn()
     killed_at: dict[str, datetime] = {}
@@ -122,14 +151,17 @@ def test_concurrency_holds_across_processes_while_workers_are_killed(fleet: Flee
 
     ledger = read_ledger(database_url)
     limited = [r for r in ledger if r.action_id == "limited"]
-    assert most_running(limited, killed_at) <= CONCURRENCY
-    assert most_running(limited, killed_at) == CONCURRENCY, "the limit was reached (it binds in this run)"
+    assert most_running(limited, killed_at) <= concurrency
+    assert most_running(limited, killed_at) == concurrency, "the limit was reached (it binds in this run)"
     statuses = Counter(r[0] for r in sql(database_url, "SELECT status FROM action_jobs"))
-    assert statuses == {"succeeded": 2 * JOBS}, statuses
+    assert statuses == {"succeeded": jobs + JOBS + rated}, statuses
+    assert_totals_exact(database_url)
+    if rated:
+        assert_rate_held(database_url, rated)
     # Nothing run twice, but for a kill between a run's end and its settle (at-least-once): then the earlier run
     # was a killed worker's and the job's history holds the `lost` attempt that followed.
     done = Counter(r.job_id for r in ledger if r.outcome != "running")
-    assert len(done) == 2 * JOBS
+    assert len(done) == jobs + JOBS + rated
     histories = {as_text(i): json.loads(h) for i, h in sql(database_url, "SELECT id, history FROM action_jobs")}
     for job_id in [job_id for job_id, runs in done.items() if runs > 1]:
         earlier = [r for r in ledger if r.job_id == job_id and r.outcome != "running"][:-1]
@@ -138,18 +170,23 @@ def test_concurrency_holds_across_processes_while_workers_are_killed(fleet: Flee
     free_done = max(r.ended_at for r in ledger if r.action_id == "free" and r.ended_at)
     limited_done = max(r.ended_at for r in limited if r.ended_at)
     assert free_done < limited_done, "the unlimited action finished first: it was not held behind the limited one"
-    print(f"\n{2 * JOBS} jobs in {elapsed:.1f} s, {len(killed_at)} kills, most limited running at once: "
-          f"{most_running(limited, killed_at)} of {CONCURRENCY}")  # fmt: skip
+    print(f"\n{jobs + JOBS} jobs in {elapsed:.1f} s, {len(killed_at)} kills, most limited running at once: "
+          f"{most_running(limited, killed_at)} of {concurrency}")  # fmt: skip
 
 
 def test_rate_holds_across_processes(fleet: Fleet, database_url: str) -> None:
-    count = max(40, JOBS // 6)
-    insert(database_url, "rated", count, sleep_ms=1)
-    insert(database_url, "free", count, sleep_ms=1)
+    insert(database_url, "rated", RATED, sleep_ms=1)
+    insert(database_url, "free", RATED, sleep_ms=1)
     for _ in range(4):
         fleet.spawn()
     wait_until(lambda: finished(database_url), "every job finishing", 120)
     fleet.stop_all()
+    assert_rate_held(database_url, RATED)
+
+
+def assert_rate_held(database_url: str, count: int) -> None:
+    """Every start of the `rated` jobs (each attempt in their histories, lost ones included): never more than 10
+    in a window, and no faster than the rate allows overall."""
     claims = [
         int(attempt["started_at"])
         for (history,) in sql(database_url, "SELECT history FROM action_jobs WHERE action_id = 'rated'")
@@ -165,7 +202,8 @@ def test_rate_holds_across_processes(fleet: Fleet, database_url: str) -> None:
     assert span >= (count // 10 - 1) * 500 - 50, f"{count} starts at 10 per 500 ms took only {span} ms"
 
 
-def test_concurrency_holds_while_the_proxy_cuts_connections(database_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", SIZES)
+def test_concurrency_holds_while_the_proxy_cuts_connections(size: str, database_url: str, tmp_path: Path) -> None:
     """The replicas reach the server through the fault proxy, which cuts a connection every ~200 ms (often after a
     statement went out and before its reply: a slot taken, or given back, with nobody told). The ledger goes
     through a clean line."""
@@ -174,12 +212,16 @@ def test_concurrency_holds_while_the_proxy_cuts_connections(database_url: str, t
     assert fault.proxy is not None
     proxy = fault.proxy
     ensure_ledger(database_url)
+    concurrency, workers = SIZES[size]
     count = max(60, JOBS // 2)
-    insert(database_url, "limited", count, sleep_ms=15)
+    # The roomy limit's runs are longer and more (36 at once within the fleet's reach, for as long as the cuts need).
+    limited_count, sleep_ms = (count, 15) if concurrency == CONCURRENCY else (5 * count, 150)
+    insert(database_url, "limited", limited_count, sleep_ms=sleep_ms)
     insert(database_url, "free", count, sleep_ms=2)
-    fleet = Fleet(package, tmp_path, ledger_url=database_url, workers=8, lease_ms=LEASE_MS, poll_ms=100,
+    insert(database_url, "rated", RATED, sleep_ms=1)
+    fleet = Fleet(package, tmp_path, ledger_url=database_url, workers=workers, lease_ms=LEASE_MS, poll_ms=100,
                   produce=False, backoff_base_ms=100, backoff_max_ms=400, log_level="INFO",
-                  limit=[f"limited={CONCURRENCY}"])  # fmt: skip
+                  limit=[f"limited={concurrency}", "rated=,10,500"])  # fmt: skip
     stop = threading.Event()
 
     def cutting() -> None:
@@ -201,14 +243,16 @@ def test_concurrency_holds_while_the_proxy_cuts_connections(database_url: str, t
     ledger = read_ledger(database_url)
     limited = [r for r in ledger if r.action_id == "limited"]
     assert sum(proxy.injected.values()) >= 10, proxy.injected
-    assert most_running(limited, {}) <= CONCURRENCY
+    assert most_running(limited, {}) <= concurrency
     statuses = Counter(r[0] for r in sql(database_url, "SELECT status FROM action_jobs"))
-    assert statuses == {"succeeded": 2 * count}, statuses
+    assert statuses == {"succeeded": limited_count + count + RATED}, statuses
+    assert_totals_exact(database_url)
+    assert_rate_held(database_url, RATED)
     done = Counter(r.job_id for r in ledger if r.outcome != "running")
-    assert len(done) == 2 * count
+    assert len(done) == limited_count + count + RATED
     histories = {as_text(i): json.loads(h) for i, h in sql(database_url, "SELECT id, history FROM action_jobs")}
     for job_id in [job_id for job_id, runs in done.items() if runs > 1]:
         # A second run only after a settle the cuts kept from landing for a whole lease: a `lost` attempt.
         assert "lost" in [h["status"] for h in histories[job_id]], (job_id, histories[job_id])
     print(f"\nproxy cuts {dict(proxy.injected)}: most limited running at once {most_running(limited, {})} of "
-          f"{CONCURRENCY}, {sum(runs > 1 for runs in done.values())} job(s) run again after a lost settle")  # fmt: skip
+          f"{concurrency}, {sum(runs > 1 for runs in done.values())} job(s) run again after a lost settle")  # fmt: skip

@@ -9,10 +9,14 @@ from typing import Any
 import pytest
 
 from .test_group_replication import cluster, database, pools  # noqa: F401 - the group and its pools, as fixtures
-from .test_limits_galera import limit_holds_across_nodes
+from .test_limits_galera import ROOMY, limit_holds_across_nodes
 
 pytestmark = [pytest.mark.xdist_group("clusters"), pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 async def test_a_concurrency_limit_holds_across_members(pools: list[Any]) -> None:  # noqa: F811
     await limit_holds_across_nodes(pools, "group replication")
+
+
+async def test_a_roomy_concurrency_limit_holds_across_members(pools: list[Any]) -> None:  # noqa: F811
+    await limit_holds_across_nodes(pools, "group replication", concurrency=ROOMY, claimers=24)

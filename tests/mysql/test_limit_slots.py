@@ -56,3 +56,43 @@ async def test_a_pooled_slot_taken_meanwhile_by_another_replica_is_not_taken_twi
     assert running == ["e1"]
     await second.settle(job_id="e1", worker_id="b", status="succeeded")
     assert await _claim(first, "a") == ["e2"], "once free, the slot is read again and taken"
+
+
+async def _reads_of_slots(queue: Any) -> list[int]:
+    """Counts the queue's reads of slot rows from now on (the list's one item)."""
+    reads = [0]
+    read_free = queue._read_free
+
+    async def counted(*args: Any) -> Any:
+        reads[0] += 1
+        return await read_free(*args)
+
+    queue._read_free = counted
+    return reads
+
+
+async def test_a_group_with_room_to_spare_pools_the_free_slots_a_read_met(database_pool: Any) -> None:
+    """A read of a limit far from binding keeps the free slot rows it did not choose, so the next claims take
+    them with no read; a limit near its bound leaves them to every replica (its claims read again)."""
+    reads_for = {}
+    for concurrency in (1_000, 8):
+        limits = {"export": ActionLimit(concurrency=concurrency)}
+        first = create_mysql_job_queue(database_pool)
+        await first.enqueue_many([job(f"e{concurrency}-{n}", action_id="export", due_at=n) for n in range(10)])
+        # Five slot rows, made free by their settles: made under a limit close to binding, so not reservations
+        # (limit_reserved.py), which the first queue would keep.
+        near = {"export": ActionLimit(concurrency=8)}
+        made = await first.claim(worker_id="a", lease_ms=60_000, limit=5, limits=near)
+        assert len(made) == 5
+        for j in made:
+            await first.settle(job_id=j.id, worker_id="a", status="succeeded")
+        second = create_mysql_job_queue(database_pool)  # nothing pooled: its first claim reads the slots
+        reads = await _reads_of_slots(second)
+        for _ in range(5):  # the five free rows, one claim each
+            assert len(await second.claim(worker_id="b", lease_ms=60_000, limit=1, limits=limits)) == 1
+        reads_for[concurrency] = reads[0]
+        async with database_pool.acquire() as conn, conn.cursor() as cur:
+            await cur.execute(f"DELETE FROM `{T.jobs}`")
+            await cur.execute(f"DELETE FROM `{T.kv}`")
+    assert reads_for[1_000] == 1, reads_for
+    assert reads_for[8] >= 2, reads_for

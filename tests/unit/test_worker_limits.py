@@ -15,25 +15,7 @@ from plitzi_jobs_mysql.records import Job
 from plitzi_jobs_mysql.runtime.options import split_action_jobs_options
 from plitzi_jobs_mysql.runtime.worker import create_job_worker
 
-from ..support import Events, PlainQueue, job, wait_for
-
-
-class Ledger:
-    """(action, start, end) of every run, by the monotonic clock, and the most running at once per action."""
-
-    def __init__(self) -> None:
-        self.runs: list[tuple[str, float, float]] = []
-        self.running: dict[str, int] = {}
-        self.most: dict[str, int] = {}
-
-    async def handler(self, job: Job) -> None:
-        action = job.action_id
-        self.running[action] = self.running.get(action, 0) + 1
-        self.most[action] = max(self.most.get(action, 0), self.running[action])
-        start = time.monotonic()
-        await asyncio.sleep(0.02 if action == "limited" else 0.001)
-        self.running[action] -= 1
-        self.runs.append((action, start, time.monotonic()))
+from ..support import Events, Ledger, PlainQueue, job, wait_for
 
 
 async def test_concurrency_limit_binds_and_keeps_its_slots_busy() -> None:

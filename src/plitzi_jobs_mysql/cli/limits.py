@@ -27,7 +27,7 @@ def cmd_limits(args: argparse.Namespace) -> int:
          "-" if u.rate is None else f"{u.started} / {u.rate} per {u.per_ms} ms")
         for u in usage
     ]  # fmt: skip
-    print(f"fleet-wide limits, {scope(spaces)} (RUNNING: slots held; STARTS: in the last window)\n")
+    print(f"fleet-wide limits, {scope(spaces)} (RUNNING: jobs running under the limit; STARTS: in the last window)\n")
     print(table(("SPACE", "ACTION", "KEY", "RUNNING", "STARTS"), rows))
     return 0
 

@@ -77,7 +77,7 @@ class LimitUsage:
     action_id: str
     key: str | None  # with `by_key`; None otherwise
     concurrency: int | None
-    running: int  # slots held (jobs running under the limit)
+    running: int  # jobs running under the limit (slots held; a reserved slot with no job on it does not count)
     rate: int | None
     per_ms: int
     started: int  # starts within the last `per_ms`, by the store's clock

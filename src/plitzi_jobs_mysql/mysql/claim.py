@@ -15,7 +15,8 @@ from ..contract.events import Emitter, EventHook, dead_by_loss
 from ..contract.limits import limits_arg
 from ..records import LOST_ERROR, ActionLimit, Job
 from .claim_values import DIED, LOST, WON, Candidate
-from .limit_statements import with_groups
+from .limit_saturated import FROM_THE_START
+from .limit_statements import past_args, past_groups, with_groups
 from .limit_takes import Plan
 from .limits import LimitedClaims
 from .pause_calls import pause_statements_for
@@ -62,7 +63,7 @@ class ClaimCalls(LimitedClaims, QueueCore):
     ) -> list[Job]:  # fmt: skip
         check.claim_args(worker_id=worker_id, lease_ms=lease_ms, limit=limit)
         limited = limits_arg(limits)  # jobs over their limit are left out of the claim (mysql/limits.py)
-        plan = Plan(limits=limited, on_limited=on_limited) if limited else None
+        plan = Plan(limits=limited, on_limited=on_limited, lease_ms=lease_ms) if limited else None
         if limit == 0:
             return []
         now = self._clock.fresh()
@@ -83,9 +84,13 @@ class ClaimCalls(LimitedClaims, QueueCore):
         pauses = pause_statements_for(self._store.prefix)
         pending_read, lapsed_read = sql.claim_pending_candidates, sql.claim_lapsed_candidates
         grouped = False
+        past: list[Any] = []  # with limits: the saturated groups the pending reads leave out (limit_saturated.py)
+        starts: dict[int, int] = {}
         if plan is not None:
-            self._limits_sql()  # the limits' state, made on first use
+            groups, starts = self._left_out(plan, now)
             grouped = self._read_groups
+            if groups:
+                pending_read, past = past_groups(pending_read, len(groups)), past_args(groups)
         if grouped:
             pending_read, lapsed_read = with_groups(pending_read), with_groups(lapsed_read)
 
@@ -123,9 +128,12 @@ class ClaimCalls(LimitedClaims, QueueCore):
                 chunk, priorities = priorities[:size], priorities[size:]
                 size = PRIORITIES_PER_READ
                 parts, args = [], []
+                from_start = []  # the priorities read from their first job on
                 for priority in chunk:
                     parts.append(pending_read)
-                    args += [priority, now, skip, 2 * limit - pending]
+                    args += [priority, now, *([starts.get(priority, FROM_THE_START), *past] if past else []), skip,
+                             2 * limit - pending]  # fmt: skip
+                    from_start += [priority] if not skip else []
                     skip = 0
                 if lapsed:
                     parts.append(lapsed_read)
@@ -133,6 +141,8 @@ class ClaimCalls(LimitedClaims, QueueCore):
                     lapsed = False
                 statement = parts[0] if len(parts) == 1 else " UNION ALL ".join(f"({part})" for part in parts)
                 read = parse(await conn.fetch(statement, tuple(args)))
+                if past:
+                    self._note_starts(from_start, read)
                 pending += sum(1 for c in read if not c[2])
                 found += read
             return found

@@ -9,7 +9,7 @@ limit that never binds costs a claim one write for its slots, and no read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 #: (key as hex, the value this queue last wrote there).
 Pooled = tuple[str, str]
@@ -21,18 +21,23 @@ MAX_POOLED = 10_000
 
 
 class SlotPool:
-    def __init__(self) -> None:
+    def __init__(self, on_free: Callable[[set[str]], None] | None = None) -> None:
         self._by_group: dict[str, dict[str, str]] = {}
         self._count = 0
+        self._on_free = on_free  # told the group prefixes of the slots each put brings
 
     def put(self, entries: Iterable[tuple[str, str | None]]) -> None:
         """Slots (key, value written) whose job this queue no longer runs."""
+        prefixes: set[str] = set()
         for key, value in entries:
             if value is None or key[GROUP_PREFIX_CHARS : GROUP_PREFIX_CHARS + 2] != "63":  # 'c': a slot
                 continue
+            prefixes.add(key[:GROUP_PREFIX_CHARS])
             group = self._by_group.setdefault(key[:GROUP_PREFIX_CHARS], {})
             self._count += key not in group
             group[key] = value
+        if prefixes and self._on_free is not None:
+            self._on_free(prefixes)
         if self._count > MAX_POOLED:
             self._by_group, self._count = {}, 0
 

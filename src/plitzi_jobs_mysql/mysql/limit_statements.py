@@ -3,13 +3,35 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ..contract.limits import Group
 from .schema.tables import table_names
 from .statements import nowait_guarded
 
 #: A slot's value once given back: no job, no reservation.
 FREE = "0 0 -"
+
+
+@functools.lru_cache(maxsize=64)
+def _past(groups: int) -> str:
+    # Each group's placeholders: space, action, whether the whole action (not by_key), key.
+    return " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
+
+
+@functools.lru_cache(maxsize=64)
+def past_groups(pending_read: str, groups: int) -> str:
+    """A claim's read of one priority's pending candidates from a run_at on, with these groups left out: its
+    placeholders are the read's, then after `run_at <= %s` the run_at it starts at and the groups'."""
+    marker = " ORDER BY run_at"
+    assert pending_read.count(marker) == 1, pending_read
+    return pending_read.replace(marker, f" AND run_at >= %s AND {_past(groups)}{marker}")
+
+
+def past_args(groups: Sequence[tuple[Group, bool]]) -> list[Any]:
+    return [part for (space_id, action_id, key), by_key in groups for part in (space_id, action_id, not by_key, key)]
 
 
 @functools.lru_cache(maxsize=64)
@@ -36,9 +58,15 @@ class LimitSql:
         # A slot is held while its job is unfinished and either the reservation (`until`, which covers the moment
         # between the slot's write and the job's) has not passed, or the job runs under a live lease of the worker
         # that took the slot. So a settle to a final status frees the slot by itself, with no write of its own.
+        # A reservation (limit_reserved.py: `0 until worker nonce`, four fields where a job's value has three) is
+        # held until `until`, whatever runs. Its placeholder (now) comes first.
         where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
+        reserved = (
+            "(SUBSTRING(s.k, 18, 1) = 'c' AND s.v LIKE '0 %% %% %%' "
+            "AND CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(s.v, ' ', 2), ' ', -1) AS SIGNED) >= %s)"
+        )
         return (
-            f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL FROM {self.kv} s LEFT JOIN {self.jobs} j "
+            f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL OR {reserved} FROM {self.kv} s LEFT JOIN {self.jobs} j "
             "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status IN ('pending', 'running') "
             "AND (CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(s.v, ' ', 2), ' ', -1) AS SIGNED) >= %s "
             "OR (j.status = 'running' AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)))) "
@@ -90,8 +118,15 @@ class LimitSql:
         keys = ", ".join(["UNHEX(%s)"] * count)
         return f"UPDATE {self.kv} SET v = '{FREE}' WHERE k IN ({keys}) AND v IN %s"
 
+    def running_in(self) -> str:
+        """A group's jobs running under a live lease: what its reservations (limit_reserved.py) hold."""
+        return (
+            f"SELECT COUNT(*) FROM {self.jobs} FORCE INDEX (job_due) WHERE status = 'running' AND lease_until >= %s "
+            "AND space_id = %s AND action_id = %s AND (%s OR `key` <=> %s)"
+        )
+
     def pending_past(self, groups: int) -> str:
-        past = " AND ".join(["NOT (space_id = %s AND action_id = %s AND (%s OR `key` <=> %s))"] * groups)
+        past = _past(groups)
         return (
             f"SELECT seq, run_at, 0, priority, space_id, action_id, `key`, id FROM {self.jobs} FORCE INDEX (job_claim) "
             f"WHERE status = 'pending' AND held = 0 AND run_at <= %s AND {past} ORDER BY priority, run_at, seq LIMIT %s"

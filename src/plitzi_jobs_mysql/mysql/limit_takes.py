@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,7 +12,10 @@ from ..contract.clock import InjectedClock
 from ..contract.events import EventHook
 from ..contract.limits import Group
 from ..records import ActionLimit
+from .claim_values import Candidate
 from .limit_pool import SlotPool
+from .limit_reserved import MARGIN_MS, RESERVE_LEASES, ReservedSlots, until_of
+from .limit_saturated import SaturatedGroups
 from .limit_statements import FREE, LimitSql
 from .queue_core import log
 from .session import Connection, as_text, is_conflict, is_duplicate
@@ -43,6 +46,21 @@ class Plan:
     want: int = 0
     #: The candidates whose slots came from the queue's pool.
     pooled: set[int] = field(default_factory=set)
+    #: The refused groups that were at their concurrency limit (the others: at their rate).
+    full: set[Group] = field(default_factory=set)
+    #: The saturated groups the claim's pending reads leave out (limit_saturated.py).
+    skipped: dict[Group, bool] = field(default_factory=dict)
+    #: The queue's count of slot frees when the claim first read (limit_saturated.py).
+    frees: int | None = None
+    now: int = 0
+    #: What the claim's reads past refused groups found, and whether a slot the plan chose was lost to another
+    #: claimer (then a group refused as full may not be).
+    past: list[Candidate] = field(default_factory=list)
+    slot_lost: bool = False
+    #: The claim's lease (a reservation takes a job only if it outlasts it) and the candidates whose slots it
+    #: reserves (their group had room to spare: limit_reserved.py).
+    lease_ms: int = 0
+    reserving: set[int] = field(default_factory=set)
 
 
 class LimitTakes(QueueCore):
@@ -54,16 +72,21 @@ class LimitTakes(QueueCore):
     _job_groups_since: int
     _slot_pool: SlotPool
     _noted: dict[Group, str]  # each group's `m` row as this queue last read or wrote it
+    _saturated: SaturatedGroups  # groups claims read past for a moment (limit_saturated.py)
+    _reserved: ReservedSlots  # slots held for a while under limits far from binding (limit_reserved.py)
     #: Whether a claim reads its candidates' groups with them (`with_groups`) or after, for those not known yet.
     _read_groups: bool
+    _known_reads: int  # the claims' reads in a row that met only jobs whose groups are known
 
     def _limits_sql(self) -> LimitSql:
         if "_limit_sql" not in self.__dict__:
             self._limit_sql = LimitSql.for_prefix(self._store.prefix)
             self._limit_holds = {}
             self._job_groups, self._job_groups_since = {}, 0
-            self._slot_pool, self._noted = SlotPool(), {}
-            self._read_groups = True
+            self._saturated = SaturatedGroups()
+            self._slot_pool, self._noted = SlotPool(on_free=self._saturated.freed), {}
+            self._read_groups, self._known_reads = True, 0
+            self._reserved = ReservedSlots()
         return self._limit_sql
 
     async def _take_limited(
@@ -73,12 +96,31 @@ class LimitTakes(QueueCore):
         that got all of theirs (an unlimited one: none); a candidate left out lost a race for one."""
         takes = {seq: plan.takes.pop(seq) for seq in seqs if plan is not None and seq in plan.takes}
         held: dict[int, list[Entry]] = {seq: [] for seq in seqs if seq not in takes}
+        if not takes:
+            return held
         worker = worker_id.encode().hex()
-        wanted = {seq: (slot, f"{seq} {at + lease_ms} {worker}") for seq, (slot, _) in takes.items() if slot}
-        got = await self._take_slots([(slot, value) for slot, value in wanted.values()])
+        reserved = self._reserved
+        wanted: dict[int, tuple[Entry, str]] = {}
+        ours: set[str] = set()  # reservations this queue holds already: no write
+        for seq, (slot, _) in takes.items():
+            if slot is None:
+                continue
+            if reserved.owns(slot):
+                wanted[seq] = (slot, str(slot[1]))
+                ours.add(slot[0])
+            elif plan is not None and seq in plan.reserving:
+                wanted[seq] = (slot, reserved.new_value(at + RESERVE_LEASES * lease_ms, worker))
+            else:
+                wanted[seq] = (slot, f"{seq} {at + lease_ms} {worker}")
+        got = ours | await self._take_slots([(slot, value) for slot, value in wanted.values() if slot[0] not in ours])
+        for seq, (slot, value) in wanted.items():
+            if plan is not None and seq in plan.reserving and slot[0] in got:
+                reserved.add(slot[0], value)
         for seq, (slot_entry, entry) in takes.items():
             mine: list[Entry] = [(slot_entry[0], wanted[seq][1])] if slot_entry is not None else []
             if mine and mine[0][0] not in got:
+                if plan is not None:
+                    plan.slot_lost = True
                 continue
             if entry is not None and plan is not None and not await self._take_start(entry, at, plan.per_ms[seq]):
                 await self._give_back(mine)
@@ -161,9 +203,40 @@ class LimitTakes(QueueCore):
                 return False  # another claimer made the row first, or holds it (on a cluster: lost at COMMIT)
             raise
 
-    async def _give_back(self, held: list[Entry]) -> bool:
+    async def _extend_reserved(self, job_ids: Sequence[str], worker_id: str, lease_ms: int, now: int) -> None:
+        """Before these jobs' leases are renewed to `now + lease_ms`: a reservation one of them runs on that the new
+        lease would outlast is moved on first (limit_reserved.py), so the slot stays held while the job's lease is
+        live. A reservation another claimer took meanwhile (it lapsed: so had the job's lease) is forgotten."""
+        holds = self.__dict__.get("_limit_holds")
+        if not holds:
+            return
+        reserved, lasting = self._reserved, now + lease_ms + MARGIN_MS
+        due = [(job_id, entry) for job_id in job_ids for entry in holds.get(job_id, [])
+               if reserved.owns(entry) and until_of(str(entry[1])) < lasting]  # fmt: skip
+        if not due:
+            return
+        worker = worker_id.encode().hex()
+        moves = [(entry, reserved.new_value(now + RESERVE_LEASES * lease_ms, worker)) for _job_id, entry in due]
+        got = await self._take_slots(moves)
+        for (job_id, (key, old)), (_entry, new) in zip(due, moves, strict=True):
+            moved = key in got
+            reserved.moved(key, str(old), new if moved else None)
+            if moved:
+                holds[job_id] = [(k, new if (k, v) == (key, old) else v) for k, v in holds[job_id]]
+            else:
+                log.warning("job %s runs on a limit slot reserved by this queue that another claimer took after "
+                            "the reservation lapsed: its limit may be exceeded while it runs", job_id)  # fmt: skip
+
+    def _put_back(self, entries: Iterable[Entry]) -> None:
+        """Slots this queue no longer runs a job on, kept for its next claims: its reservations go idle, the
+        others to the pool (no write either way)."""
+        self._slot_pool.put(self._reserved.release(entries))
+
+    async def _give_back(self, held: Sequence[Entry]) -> bool:
         """Best effort, never raising: a slot whose give-back failed (a cut connection, a lost certification)
         frees itself within a lease, and the claim or settle it follows must not fail for it."""
+        if held:
+            held = self._reserved.release(held)  # this queue's reservations go idle, with no write
         if not held:
             return True
         statement = self._limits_sql().give_back(len(held))

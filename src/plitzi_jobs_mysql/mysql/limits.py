@@ -9,7 +9,8 @@ key is UTF-8 text, and 0xFF never occurs in UTF-8), so no schema step was needed
   the job is `running` under a live lease of worker `worker_hex`. `until` covers the moment between taking the slot
   and the job's own compare-and-set, and a claimer killed in between (the slot comes back after one lease); the
   job's own state does the rest, so a settle to a final status frees its slot with no write (a retry, whose job
-  is pending again, gives it back).
+  is pending again, gives it back). Or `0 until worker nonce`: a reservation, held until `until` whatever runs
+  (limit_reserved.py).
 - `r` n: rate entry n < `rate`, valued the instant of the start it recorded; a start takes the oldest entry that
   is at least `per_ms` old. So any `per_ms` window holds at most `rate` recorded starts (two starts sharing an
   entry are at least `per_ms` apart).
@@ -20,11 +21,14 @@ missing row, which a duplicate key loses; when fewer rows changed than were aske
 ours, as every value taken is unique), then a rate entry per job, before the jobs' own compare-and-sets; a slot
 whose job was then lost is given back at once. Never a lock held across statements, and rows of one statement are
 locked in key order: no deadlock, and on Galera/Group Replication a lost certification is a lost race like any
-other. The write a never-binding limit adds is one per claim, not two per job (bench/limits.py measures it).
+other. Under a limit with room to spare the slots taken are reservations for a while (limit_reserved.py), on which
+the queue's next claims run their jobs with no statement: a limit that never binds costs next to nothing
+(bench/limits.py measures it).
 
 When every candidate read belongs to a saturated group, the claim reads again past those groups (their jobs
 excluded by space and action): it steps over their waiting rows in the `job_claim` index, so the cost of that
-second read grows with a saturated group's backlog.
+second read grows with a saturated group's backlog. For a moment after, the queue's claims read past them at once,
+from where that read found the first other job (limit_saturated.py): one read, as without limits.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..contract import validation as check
@@ -41,7 +45,9 @@ from ..contract.events import limited as limited_event
 from ..contract.limits import Group, LimitUsage, group_of
 from ..records import ActionLimit
 from .claim_values import DIED, LOST, WON, Candidate
-from .limit_statements import FREE
+from .limit_pool import Pooled
+from .limit_reserved import MARGIN_MS, is_reservation
+from .limit_statements import FREE, past_args
 from .limit_takes import Entry, LimitTakes, Plan
 from .rows import job_columns
 from .session import Connection, as_text
@@ -55,6 +61,8 @@ NUMBER_DIGITS = 7  # ActionLimit's concurrency and rate are at most 1,000,000
 #: Slots remembered for a settle to give back; beyond it the oldest are forgotten (they free themselves anyway).
 MAX_HOLDS = 100_000
 FORGET_GROUPS_MS = 600_000
+#: A group has room to spare with at least this many free slots (and 4 per slot a claim wants): far from binding.
+ROOM = 32
 
 
 def _row_key(group: Group, kind: str, number: int) -> str:
@@ -139,10 +147,14 @@ class LimitedClaims(LimitTakes):
         need: dict[Group, int] = {}
         for group, _limit in limited.values():
             need[group] = need.get(group, 0) + 1
-        free = self._pooled(groups, need, plan.want)
+        free = self._pooled(groups, need, plan, now)
         pooled = free is not None
         if free is None:  # not every group's slots are at hand: read them
-            free = await self._read_free(groups, need, now)
+            free, roomy = await self._read_free(groups, need, now)
+            # The slots of a group with room to spare are reserved for a while (limit_reserved.py); one whose job
+            # is lost to another claimer stays with this queue, as a pooled one does, rather than back with a write.
+            plan.pooled.update(seq for seq, (group, _limit) in limited.items() if group in roomy)
+            plan.reserving.update(seq for seq, (group, _limit) in limited.items() if group in roomy)
         else:
             plan.pooled.update(limited)
         admitted = []
@@ -159,6 +171,8 @@ class LimitedClaims(LimitTakes):
                 continue  # the claim wants no more of this group than the pool held: not a limit reached
             if group in plan.refused or full or (limit.rate is not None and not ring):
                 plan.refused[group] = limit.by_key
+                if full:
+                    plan.full.add(group)
                 if plan.on_limited is not None:
                     reason = limit_reached(limit, full, group[2])
                     plan.on_limited(limited_event(ids[seq], group[0], group[1], reason))
@@ -171,42 +185,72 @@ class LimitedClaims(LimitTakes):
         return admitted
 
     def _pooled(
-        self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], want: int
+        self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], plan: Plan, now: int
     ) -> dict[tuple[Group, str], list[Entry]] | None:
-        """The slots for this claim from the queue's own pool (limit_pool.py), when each group (concurrency only,
-        its limit noted as it is) has as many there as the claim may take of it; None: the claim reads them."""
-        pool = self._slot_pool
+        """The slots for this claim from the queue's own reservations (limit_reserved.py) or pool (limit_pool.py),
+        when each group (concurrency only, its limit noted as it is) has as many at hand as the claim may take of
+        it; None: the claim reads them."""
+        pool, reserved = self._slot_pool, self._reserved
+        lasting = now + plan.lease_ms + MARGIN_MS  # a reservation must outlast the new job's first lease
+        source: dict[Group, Callable[[str, str, int], list[Pooled]]] = {}
         for group, limit in groups.items():
             if limit.rate is not None or limit.concurrency is None or self._noted.get(group) != _note(group, limit):
                 return None
-            below = _row_key(group, "c", limit.concurrency)
-            if pool.available(_group_prefix(group), below) < min(need[group], want):
+            prefix, below = _group_prefix(group), _row_key(group, "c", limit.concurrency)
+            wanted = min(need[group], plan.want)
+            if reserved.available(prefix, below, lasting) >= wanted:
+                source[group] = reserved.take
+            elif pool.available(prefix, below) >= wanted:
+                source[group] = pool.take
+            else:
                 return None
-        # As many as there are candidates, when the pool holds them: those past `want` replace lost races.
-        return {(group, "c"): [*pool.take(_group_prefix(group), _row_key(group, "c", limit.concurrency or 0),
-                                          need[group])] for group, limit in groups.items()}  # fmt: skip
+        # As many as there are candidates, when at hand: those past `want` replace lost races.
+        return {(group, "c"): [*source[group](_group_prefix(group), _row_key(group, "c", limit.concurrency or 0),
+                                              need[group])] for group, limit in groups.items()}  # fmt: skip
 
     async def _read_free(
         self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], now: int
-    ) -> dict[tuple[Group, str], list[Entry]]:
-        """The free slots and rate entries of these groups, as the server has them now."""
+    ) -> tuple[dict[tuple[Group, str], list[Entry]], set[Group]]:
+        """The free slots and rate entries of these groups, as the server has them now, and the groups with room
+        to spare (`_stock`)."""
         sql = self._limits_sql()
         ranges: list[str] = []
         for group, limit in groups.items():
             for kind, count in (("c", limit.concurrency), ("r", limit.rate), ("m", 1)):
                 if count is not None:
                     ranges += [_row_key(group, kind, 0), _row_key(group, kind, count)]
-        rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, now, *ranges)))
+        rows = await self._store.run(lambda conn: conn.fetch(sql.rows(len(ranges) // 2), (now, now, now, *ranges)))
         present: dict[str, tuple[str, bool]] = {as_text(k).lower(): (as_text(v), bool(held)) for k, v, held in rows}
         await self._note_limits(groups, present)
         free: dict[tuple[Group, str], list[Entry]] = {}
+        roomy: set[Group] = set()
         for group, limit in groups.items():
             if limit.concurrency is not None:
                 free[(group, "c")] = _free_slots(group, limit.concurrency, need[group], present, now)
                 self._slot_pool.discard(key for key, _value in free[(group, "c")])
+                chosen = free[(group, "c")]
+                if limit.rate is None and self._stock(group, limit.concurrency, need[group], present, chosen):
+                    roomy.add(group)
+                else:  # a limit close to binding: this queue's idle reservations go back to every replica
+                    await self._give_back(self._reserved.idle_of(_group_prefix(group)))
             if limit.rate is not None:
                 free[(group, "r")] = _free_entries(group, limit, need[group], present, now)
-        return free
+        return free, roomy
+
+    def _stock(
+        self, group: Group, concurrency: int, need: int, present: Mapping[str, tuple[str, bool]], chosen: list[Entry]
+    ) -> bool:
+        """With room to spare (a limit far from binding: `ROOM` free slots, and 4 per one wanted), the free slot rows
+        a read met beyond those it chose go to the pool, so the next claims take them with no read; with little
+        room they are left to every replica. Answers whether there was room to spare."""
+        prefix, below = _group_prefix(group) + "63", _row_key(group, "c", concurrency)  # 'c' = 0x63
+        rows = [(key, value, held) for key, (value, held) in present.items() if key.startswith(prefix) and key < below]
+        if concurrency - sum(1 for _key, _value, held in rows if held) < max(4 * need, ROOM):
+            return False
+        taken = {key for key, _value in chosen}
+        spare = [(key, value) for key, value, held in rows if not held and key not in taken]
+        self._slot_pool.put(spare[: 2 * need])
+        return True
 
     if TYPE_CHECKING:
 
@@ -228,10 +272,30 @@ class LimitedClaims(LimitTakes):
             if len(admitted) >= limit or not plan.refused or not full:
                 break
             seen = {c[0] for c in admitted} | {c[0] for c in candidates}
-            more = [c for c in await self._pending_past(plan.refused, now, 2 * limit) if c[0] not in seen]
+            read = await self._pending_past({**plan.skipped, **plan.refused}, now, 2 * limit)
+            plan.past += read
+            more = [c for c in read if c[0] not in seen]
             full = len(more) >= limit
             admitted += await self._plan(more, limits, now, plan)
         return admitted
+
+    def _note_starts(self, priorities: list[int], read: list[Candidate]) -> None:
+        """A read past the saturated groups of these priorities from the start: where each one's first other job
+        is now."""
+        for priority in priorities:
+            found = [run_at for _seq, run_at, lapsed, p in read if p == priority and not lapsed]
+            if found:
+                self._saturated.starts_at(priority, min(found))
+
+    def _left_out(self, plan: Plan, now: int) -> tuple[list[tuple[Group, bool]], dict[int, int]]:
+        """The saturated groups a claim's pending reads leave out (limit_saturated.py), and where each priority's
+        read starts. They are not refused in the plan: a lapsed job of theirs (read apart) may free its slot."""
+        self._limits_sql()
+        if plan.frees is None:
+            plan.frees, plan.now = self._saturated.frees, now
+        groups, starts = self._saturated.past(now)
+        plan.skipped.update(groups)
+        return groups, starts
 
     async def _take_within(
         self, plan: Plan | None, held: list[Entry] | None, seq: int, lapsed: int, worker_id: str, lease_ms: int,
@@ -252,7 +316,7 @@ class LimitedClaims(LimitTakes):
             elif result == WON:
                 plan.held[seq] = held
             elif result == DIED or seq in plan.pooled:
-                self._slot_pool.put(held)
+                self._put_back(held)
             else:
                 await self._give_back(held)
         return result
@@ -271,9 +335,11 @@ class LimitedClaims(LimitTakes):
                 holds.setdefault(job_id, []).extend(held)
         while len(holds) > MAX_HOLDS:  # jobs never settled here (their lease lapsed): their slots free themselves
             del holds[next(iter(holds))]
-        self._slot_pool.put(slot for slot, _entry in plan.takes.values() if slot is not None)  # planned, not tried
+        self._put_back(slot for slot, _entry in plan.takes.values() if slot is not None)  # planned, not tried
         plan.takes.clear()
-        self._slot_pool.put(entry for held in plan.held.values() for entry in held)
+        self._put_back(entry for held in plan.held.values() for entry in held)
+        if plan.frees is not None and not plan.slot_lost:  # the claim's groups refused as full: still full
+            self._saturated.remember(plan.refused, plan.full, plan.past, _group_prefix, plan.now, plan.frees)
 
     async def _note_limits(self, groups: Mapping[Group, ActionLimit], present: Mapping[str, tuple[str, bool]]) -> None:
         """Each group's `m` row says which limit claims work to (for `limit_usage`): written when it changed."""
@@ -301,26 +367,31 @@ class LimitedClaims(LimitTakes):
             group: Group = (space_id, action_id, key)
             ranges = [_row_key(group, "c", 0), _row_key(group, "c", concurrency or 0),
                       _row_key(group, "r", 0), _row_key(group, "r", rate or 0)]  # fmt: skip
-            rows = await self._store.run(functools.partial(_fetch, sql=sql.rows(2), args=(now, now, *ranges)))
+            rows = await self._store.run(functools.partial(_fetch, sql=sql.rows(2), args=(now, now, now, *ranges)))
             slot, start = _group_prefix(group) + "63", _group_prefix(group) + "72"
-            running = started = 0
+            running = started = reserved = 0
             for k, v, held in rows:
                 hex_key, text = as_text(k).lower(), as_text(v)
                 if hex_key.startswith(slot) and text != FREE and not _slot_free(bool(held)):
-                    running += 1
+                    if is_reservation(text):
+                        reserved += 1
+                    else:
+                        running += 1
                 elif hex_key.startswith(start) and text.lstrip("-").isdigit() and int(text) > now - per_ms:
                     started += 1
+            if reserved:  # held for a while, with or without a job on them: count the group's running jobs
+                args = (now, space_id, action_id, key is None, key)
+                found = await self._store.run(functools.partial(_fetch, sql=sql.running_in(), args=args))
+                running += min(reserved, max(0, int(found[0][0]) - running))
             usage.append(LimitUsage(space_id=space_id, action_id=action_id, key=key, concurrency=concurrency,
                                     running=running, rate=rate, per_ms=per_ms, started=started))  # fmt: skip
         return sorted(usage, key=lambda u: (u.space_id, u.action_id, u.key or ""))
 
     async def _pending_past(self, refused: Mapping[Group, bool], now: int, count: int) -> list[Candidate]:
         """Due pending jobs of every group but the refused ones, in claim order; their groups are read with them."""
-        args: list[Any] = [now]
-        for (space_id, action_id, key), by_key in refused.items():
-            args += [space_id, action_id, not by_key, key]
+        args = [now, *past_args(list(refused.items())), count]
         statement = self._limits_sql().pending_past(len(refused))
-        return self._grouped(await self._store.run(lambda conn: conn.fetch(statement, (*args, count))))
+        return self._grouped(await self._store.run(lambda conn: conn.fetch(statement, args)))
 
     def _grouped(self, rows: Sequence[Sequence[Any]], *, claim_read: bool = False) -> list[Candidate]:
         """Candidates read with their groups (`with_groups`): the groups are kept for the plan. A claim's own read
@@ -328,7 +399,10 @@ class LimitedClaims(LimitTakes):
         the next claim's read without them: a primary-key lookup per candidate saved."""
         self._limits_sql()
         if claim_read:
-            self._read_groups = any(int(row[0]) not in self._job_groups for row in rows)
+            # Three reads in a row that met only known jobs before the claims stop reading groups: a read of
+            # candidates lost to other claimers meets known jobs too, and one such read is no backlog read again.
+            self._known_reads = 0 if any(int(row[0]) not in self._job_groups for row in rows) else self._known_reads + 1
+            self._read_groups = self._known_reads < 3
         for seq, _run_at, _lapsed, _priority, space_id, action_id, key, id_ in rows:
             text_key = None if key is None else as_text(key)
             self._job_groups[int(seq)] = (int(space_id), as_text(action_id), text_key, as_text(id_))
@@ -342,7 +416,7 @@ class LimitedClaims(LimitTakes):
             return
         held = [entry for job_id in job_ids for entry in holds.pop(job_id, [])]
         if final:
-            self._slot_pool.put(held)  # their jobs are done: the next claim may take them without a read
+            self._put_back(held)  # their jobs are done: the next claim may take them without a read
         if held and (final or await self._give_back(held)):
             # A slot came free: a worker waiting on it claims now rather than at its next poll.
             self.wakeups.notify(self.wakeup_topic)

@@ -143,6 +143,7 @@ class MysqlJobQueue(ClaimCalls, CallerCalls, PauseCalls, BulkCalls, ScheduleCall
         if not ids:
             return []
         now = await self._now_ms()
+        await self._extend_reserved(ids, worker_id, lease_ms, now)  # before the leases outlast their slots
 
         async def beat(conn: Connection) -> list[str]:
             await self._renew(conn, ids, worker_id, now + lease_ms)
