@@ -38,7 +38,7 @@ from plitzi_jobs_mysql import (
 from plitzi_jobs_mysql.testing import fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
 
-from ..conftest import open_pool
+from ..conftest import assert_totals_exact, open_pool
 from ..harness.fires import assert_fires_reported
 from ..harness.galera import GaleraCluster, galera_missing_reason
 from ..harness.haproxy import HaProxy, haproxy_binary
@@ -304,6 +304,7 @@ async def run_the_drill(cluster: GaleraCluster, url: str, database: str, jobs: i
     # Exactly once: every job (and every fire's job) succeeded, and its handler ran once.
     assert len(rows_by_id) == jobs + len(fired) and {r[1] for r in rows_by_id.values()} == {"succeeded"}
     assert set(runs) == set(rows_by_id) and set(runs.values()) == {1}, collections.Counter(runs.values())
+    assert_totals_exact(cluster.nodes[0].url.rstrip("/") + f"/{database}")  # through three node losses
     # Schedules: each fire enqueued by one sweeper only, and reported; the overdue instant fired once (then the
     # schedule jumped past the outage), and every minute after that once, none skipped.
     assert_fires_reported(fires, duplicates, {r[0].decode() for r in fired})

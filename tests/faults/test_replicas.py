@@ -24,7 +24,7 @@ from plitzi_jobs_mysql import ScheduleInput, create_mysql_job_queue, schedule_jo
 from plitzi_jobs_mysql.url import parse_mysql_url
 from tests.harness.replica import LedgerRow, read_ledger, spawn_replica
 
-from ..conftest import sql
+from ..conftest import assert_totals_exact, sql
 from ..support import job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -241,6 +241,7 @@ async def test_three_workers_drain_two_thousand_jobs_each_exactly_once(
         assert await replicas.wait_exit(name) == 0, replicas.logs()
 
     assert status_counts(database_url) == {"succeeded": total}
+    assert_totals_exact(database_url)
     ledger = read_ledger(database_url)
     assert len(ledger) == total
     assert Counter(row.job_id for row in ledger).most_common(1)[0][1] == 1, "a job ran twice"
