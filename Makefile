@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-pauses bench-history bench-dashboard bench-txn bench-limits soak soak-limits differential deps clean
+.PHONY: setup test lint typecheck unit demo sql sql-check bench bench-quick bench-claims bench-pauses bench-history bench-dashboard bench-txn bench-limits bench-totals soak soak-limits differential deps clean
 
 setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 ## wheel build runs whole in one of them: --dist loadgroup and the modules' xdist_group marks).
 TEST_WORKERS ?= 2
 test: setup lint typecheck sql-check
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 lint: setup
 	$(PY) -m ruff check src tests bench scripts examples
@@ -50,6 +50,7 @@ bench: setup
 	$(PY) bench/pauses.py
 	$(PY) bench/history.py --sizes 1000,110000
 	$(PY) bench/limits.py
+	$(PY) bench/totals_cost.py --floor
 
 ## Claims with priorities (issue 20.2): claim cost at 100,000 due jobs over 5 priorities vs 1,000, and a drain with
 ## mixed priorities vs one (bench/priorities.py; PLITZI_MYSQL_URL, else a throwaway server).
@@ -77,6 +78,11 @@ bench-txn: setup
 bench-history: setup
 	$(PY) bench/history.py $(HISTORY_ARGS)
 
+## What the job totals' triggers cost the write path (issue 24.1): enqueue, enqueue_many, drains, with and without
+## them and beside the two sides that show a trigger design's floor; TOTALS_ARGS=--mysql97 on MySQL 9.7.
+bench-totals: setup
+	$(PY) bench/totals_cost.py --floor $(TOTALS_ARGS)
+
 ## The dashboard's pages with 1,000,000 finished + 100,000 waiting jobs (issue 22.4): server time per page.
 bench-dashboard: setup
 	$(PY) bench/dashboard.py
@@ -90,8 +96,9 @@ JOBS ?=
 soak: setup
 	$(PY) -m tests.harness.soak --seconds $(SECONDS) $(if $(FAULT),--fault $(FAULT)) $(if $(JOBS),--jobs $(JOBS))
 
-## Fleet-wide limits across 4 replica processes x 8 handlers, SIGKILLs included (issue 21.3): make soak-limits
-## [JOBS=5000] jobs of a limited action beside as many of an unlimited one (`make test` runs 240)
+## Fleet-wide limits across 4 replica processes x 8 handlers (a limit of 3) and x 12 (a roomy 36, whose slots
+## start as reservations), SIGKILLs and proxy cuts included (issue 21.3): make soak-limits [JOBS=5000] jobs of the
+## limited action (3x that for the roomy one) beside as many of an unlimited one (`make test` runs 240)
 soak-limits: setup
 	PLITZI_LIMITS_JOBS=$(or $(JOBS),5000) $(PY) -m pytest -q -s tests/faults/test_limits_fleet.py
 

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pymysql
@@ -37,6 +38,20 @@ def bench_url(database: str) -> Iterator[str]:
         log("starting a throwaway server (plitzi_jobs_mysql.testing.server.mysql_server_url)")
     with mysql_server_url() as root, fresh_database(root, database) as url:
         yield url
+
+
+@contextlib.contextmanager
+def server(mysql97: bool) -> Iterator[str]:
+    """A root URL: MySQL 9.7 from the Debian root (scripts/mysql_root.sh), else `mysql_server_url()`."""
+    if not mysql97:
+        with mysql_server_url() as url:
+            yield url
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.harness.mysql97 import ChrootMysqlServer
+
+    with ChrootMysqlServer(load_tz=False) as started:
+        yield started.url
 
 
 def open_tables(url: str, prefixes: Iterable[str]) -> tuple[Any, str, int]:

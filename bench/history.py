@@ -19,22 +19,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiomysql
 import pymysql
+from common import server
 
 from plitzi_jobs_mysql import create_mysql_job_queue
 from plitzi_jobs_mysql.contract.cursor import encode_after
 from plitzi_jobs_mysql.mysql.schema import totals
 from plitzi_jobs_mysql.mysql.statements import JOB_COLUMNS
-from plitzi_jobs_mysql.testing import fresh_database, mysql_server_url
+from plitzi_jobs_mysql.testing import fresh_database
 from plitzi_jobs_mysql.url import parse_mysql_url
 
 BATCH = 100_000
@@ -187,19 +186,6 @@ async def measure(url: str, reps: int) -> dict[str, tuple[float | None, float]]:
     finally:
         pool.close()
         await pool.wait_closed()
-
-
-@contextlib.contextmanager
-def server(mysql97: bool) -> Iterator[str]:
-    if not mysql97:
-        with mysql_server_url() as url:
-            yield url
-        return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.harness.mysql97 import ChrootMysqlServer
-
-    with ChrootMysqlServer(load_tz=False) as started:
-        yield started.url
 
 
 def main() -> int:
