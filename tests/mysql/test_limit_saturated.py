@@ -12,7 +12,7 @@ from typing import Any
 from plitzi_jobs_mysql import ActionLimit, create_job_worker, create_mysql_job_queue
 from plitzi_jobs_mysql.mysql.limit_saturated import SATURATED_MS
 
-from ..support import Ledger, job, wait_for
+from ..support import Ledger, ids, job, wait_for
 
 ONE = {"export": ActionLimit(concurrency=1)}
 
@@ -38,6 +38,40 @@ async def test_claims_read_past_a_saturated_group_in_claim_order_and_miss_nothin
     started = time.monotonic()
     assert await wait_for(lambda: _claim(queue, "w"), within=5, what="the early job") == ["early"]
     assert time.monotonic() - started < SATURATED_MS / 1000 + 2
+
+
+async def test_a_group_at_its_rate_is_read_past_until_its_window_opens(database_pool: Any) -> None:
+    """Held at its rate, a group is left out of the claims' reads (none reads its slots or its waiting jobs) until
+    the oldest start in its window leaves it; the claim at that instant takes the group's next job."""
+    clock = [int(time.time() * 1000)]
+    queue = create_mysql_job_queue(database_pool, clock=lambda: clock[0])
+    rated = {"export": ActionLimit(rate=2, per_ms=150)}
+    await queue.enqueue_many([job(f"e{n:02}", action_id="export", due_at=n) for n in range(30)])
+    await queue.enqueue_many([job(f"o{n:02}", action_id="other", due_at=100 + n) for n in range(30)])
+
+    async def claim() -> list[str]:
+        return ids(await queue.claim(worker_id="w", lease_ms=60_000, limit=3, limits=rated))
+
+    assert await claim() == ["e00", "e01", "o00"]  # both starts of the window taken at `opened`
+    opened = clock[0]
+    clock[0] += 50
+    assert await claim() == ["o01", "o02", "o03"]  # it read the rate's entries: full until opened + 150
+    reads = []
+    read_free = queue._read_free
+
+    async def counted(*args: Any) -> Any:
+        reads.append(args)
+        return await read_free(*args)
+
+    queue._read_free = counted
+    taken = []
+    for at in (70, 90, 110, 130, 149):
+        clock[0] = opened + at
+        taken += await claim()
+    assert taken == [f"o{n:02}" for n in range(4, 19)]
+    assert reads == [], "a claim read the rated group while its window was full"
+    clock[0] = opened + 150  # the two starts leave the window: the claim at that instant takes its jobs
+    assert (await claim())[:2] == ["e02", "e03"]
 
 
 async def test_a_slot_this_queue_frees_is_claimed_by_its_next_claim(database_pool: Any) -> None:

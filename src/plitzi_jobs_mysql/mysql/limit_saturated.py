@@ -11,8 +11,10 @@ read each priority from that point on with the groups left out: one read, as che
 ends early when this queue frees a slot of one of the groups (a settle, a give-back: its own workers claim the
 slot at once); a slot freed by another replica is seen when the memory ends, within `SATURATED_MS`. A job of
 another group made due before that point meanwhile (a resumed pause, an enqueue due in the past) also waits at
-most that long. Only concurrency is remembered: a rate's window opens by itself, at an instant a claim must not
-miss. Lapsed leases are read as ever, the groups' included: a lapsed job's slot is free, and its takeover uses it.
+most that long. A group held at its rate is remembered until its window next lets a start in, at most as long: the
+oldest start its claim read leaves the window then (starts are never handed back, so no window opens sooner), and
+the claims from that instant on read the group again. Lapsed leases are read as ever, the groups' included: a
+lapsed job's slot is free, and its takeover uses it.
 """
 
 from __future__ import annotations
@@ -39,21 +41,24 @@ class SaturatedGroups:
         self.frees = 0
 
     def remember(
-        self, refused: Mapping[Group, bool], full: set[Group], past: Sequence[Candidate],
-        prefix_of: Callable[[Group], str], now: int, frees: int,
+        self, refused: Mapping[Group, bool], full: set[Group], opens: Mapping[Group, int],
+        past: Sequence[Candidate], prefix_of: Callable[[Group], str], now: int, frees: int,
     ) -> None:  # fmt: skip
-        """After a claim refused these groups (`full`: those at their concurrency limit) and, if it had to,
-        read past them (`past`: what that read found, in claim order). The memory runs `SATURATED_MS` from the
-        claim that started it, however many claims refuse the groups again: then a claim reads them again.
+        """After a claim refused these groups (`full`: those at their concurrency limit, the others at their rate,
+        whose window next lets a start in at `opens`) and, if it had to, read past them (`past`: what that read
+        found, in claim order). The memory runs `SATURATED_MS` from the claim that started it, however many claims
+        refuse the groups again, and ends sooner when a rate's window opens: then a claim reads them again.
         `frees`: the count of frees when the claim started (a slot freed since may be one it saw taken)."""
         if not refused or frees != self.frees:
             return
-        if set(refused) - full or len(refused) > MAX_REMEMBERED:
-            self.forget()  # a rate refused (its window opens by itself), or too many groups to leave out
+        rated = set(refused) - full
+        if len(refused) > MAX_REMEMBERED or any(group not in opens for group in rated):
+            self.forget()  # too many groups to leave out, or a rate whose window's opening is not known
             return
         if not self._live(now):
             self.forget()
             self._since, self._until = now, now + SATURATED_MS
+        self._until = min([self._until, *(opens[group] for group in rated)])  # the first start a window lets in
         self._groups.update({prefix_of(group): (group, by_key) for group, by_key in refused.items()})
         for _seq, run_at, lapsed, priority in past:
             # The first of each priority, in claim order: every job of it due before was one of these groups'.

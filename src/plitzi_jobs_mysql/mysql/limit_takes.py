@@ -48,6 +48,8 @@ class Plan:
     pooled: set[int] = field(default_factory=set)
     #: The refused groups that were at their concurrency limit (the others: at their rate).
     full: set[Group] = field(default_factory=set)
+    #: Per rate-limited group read, when its window next lets a start in (the oldest start read leaves it).
+    opens: dict[Group, int] = field(default_factory=dict)
     #: The saturated groups the claim's pending reads leave out (limit_saturated.py).
     skipped: dict[Group, bool] = field(default_factory=dict)
     #: The queue's count of slot frees when the claim first read (limit_saturated.py).

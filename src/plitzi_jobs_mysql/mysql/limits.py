@@ -89,16 +89,18 @@ def _free_slots(group: Group, count: int, need: int, present: dict[str, tuple[st
 
 def _free_entries(
     group: Group, limit: ActionLimit, need: int, present: dict[str, tuple[str, bool]], now: int
-) -> list[Entry]:
-    """Up to `need` rate entries whose start has left the window, oldest first (rows not made yet first)."""
+) -> tuple[list[Entry], int | None]:
+    """Up to `need` rate entries whose start has left the window, oldest first (rows not made yet first), and the
+    instant the oldest start still in the window leaves it (None: none is in it)."""
     cutoff = now - limit.per_ms
     missing: list[Entry] = []
     old: list[tuple[int, Entry]] = []
+    young: list[int] = []
     assert limit.rate is not None
     prefix = _group_prefix(group)
     for key, (value, _held) in present.items():
-        if key.startswith(prefix + "72") and value.lstrip("-").isdigit() and int(value) <= cutoff:  # 'r' = 0x72
-            old.append((int(value), (key, value)))
+        if key.startswith(prefix + "72") and value.lstrip("-").isdigit():  # 'r' = 0x72
+            (old.append((int(value), (key, value))) if int(value) <= cutoff else young.append(int(value)))
     seen = sum(1 for key in present if key.startswith(prefix + "72"))
     for number in range(limit.rate):
         if len(missing) >= need or seen >= limit.rate:
@@ -106,7 +108,8 @@ def _free_entries(
         key = _row_key(group, "r", number)
         if key not in present:
             missing.append((key, None))
-    return (missing + [entry for _at, entry in sorted(old)])[:need]
+    opens = min(young) + limit.per_ms if young else None
+    return (missing + [entry for _at, entry in sorted(old)])[:need], opens
 
 
 class LimitedClaims(LimitTakes):
@@ -150,7 +153,7 @@ class LimitedClaims(LimitTakes):
         free = self._pooled(groups, need, plan, now)
         pooled = free is not None
         if free is None:  # not every group's slots are at hand: read them
-            free, roomy = await self._read_free(groups, need, now)
+            free, roomy = await self._read_free(groups, need, now, plan)
             # The slots of a group with room to spare are reserved for a while (limit_reserved.py); one whose job
             # is lost to another claimer stays with this queue, as a pooled one does, rather than back with a write.
             plan.pooled.update(seq for seq, (group, _limit) in limited.items() if group in roomy)
@@ -209,10 +212,10 @@ class LimitedClaims(LimitTakes):
                                               need[group])] for group, limit in groups.items()}  # fmt: skip
 
     async def _read_free(
-        self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], now: int
+        self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], now: int, plan: Plan
     ) -> tuple[dict[tuple[Group, str], list[Entry]], set[Group]]:
         """The free slots and rate entries of these groups, as the server has them now, and the groups with room
-        to spare (`_stock`)."""
+        to spare (`_stock`); `plan.opens`: when each rate's window next lets a start in past the entries read."""
         sql = self._limits_sql()
         ranges: list[str] = []
         for group, limit in groups.items():
@@ -234,7 +237,9 @@ class LimitedClaims(LimitTakes):
                 else:  # a limit close to binding: this queue's idle reservations go back to every replica
                     await self._give_back(self._reserved.idle_of(_group_prefix(group)))
             if limit.rate is not None:
-                free[(group, "r")] = _free_entries(group, limit, need[group], present, now)
+                free[(group, "r")], opens = _free_entries(group, limit, need[group], present, now)
+                if opens is not None:
+                    plan.opens[group] = opens
         return free, roomy
 
     def _stock(
@@ -339,7 +344,8 @@ class LimitedClaims(LimitTakes):
         plan.takes.clear()
         self._put_back(entry for held in plan.held.values() for entry in held)
         if plan.frees is not None and not plan.slot_lost:  # the claim's groups refused as full: still full
-            self._saturated.remember(plan.refused, plan.full, plan.past, _group_prefix, plan.now, plan.frees)
+            self._saturated.remember(plan.refused, plan.full, plan.opens, plan.past, _group_prefix, plan.now,
+                                     plan.frees)  # fmt: skip
 
     async def _note_limits(self, groups: Mapping[Group, ActionLimit], present: Mapping[str, tuple[str, bool]]) -> None:
         """Each group's `m` row says which limit claims work to (for `limit_usage`): written when it changed."""
