@@ -3,7 +3,8 @@
 1. drain: one `create_job_worker(workers=16)` draining no-op jobs, without limits, with a limit on the drained
    action that never binds (concurrency 10,000), and with a limit on another action only;
 2. claims beside a saturated action: `claim(limit=10)` of an unlimited action while older jobs of a limited
-   action wait with every slot taken, vs the same claims with no limited backlog at all;
+   action wait with every slot taken, or with every start of its rate's window taken, vs the same claims with no
+   limited backlog at all;
 3. utilisation: a binding concurrency limit of 4, handlers of 20 and of 100 ms, two workers (two queues, as two
    replicas): the time 4 slots busy all along would take / the time taken.
 
@@ -71,13 +72,18 @@ async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | 
     return rate, (questions(admin) - before) / n
 
 
-async def claims_beside(pool: Any, admin: Any, saturated: bool, claims: int) -> float:
+#: What the limited action's 2,000 older jobs wait on in `claims_beside` (None: there are none).
+BESIDE = {"alone": None, "at its concurrency": ActionLimit(concurrency=4),
+          "at its rate": ActionLimit(rate=4, per_ms=600_000)}  # fmt: skip
+
+
+async def claims_beside(pool: Any, admin: Any, beside: str, claims: int) -> float:
     """Mean seconds per `claim(limit=10)` of the unlimited action (each claim's jobs settled after it)."""
     empty(admin)
     queue = create_mysql_job_queue(pool)
     tag = secrets.token_hex(3)
-    limits = {"limited": ActionLimit(concurrency=4)}
-    if saturated:
+    limits = {"limited": BESIDE[beside] or ActionLimit(concurrency=4)}
+    if BESIDE[beside] is not None:
         await queue.enqueue_many(jobs("limited", 2_000, tag))
         held = await queue.claim(worker_id="holder", lease_ms=600_000, limit=10, limits=limits)
         assert len(held) == 4
@@ -147,7 +153,7 @@ async def main(argv: list[str]) -> None:
             other = {"elsewhere": ActionLimit(concurrency=1)}
             rates: dict[str, list[float]] = {"none": [], "never binds": [], "other action": []}
             statements: dict[str, list[float]] = {name: [] for name in rates}
-            waits: dict[bool, list[float]] = {False: [], True: []}
+            waits: dict[str, list[float]] = {beside: [] for beside in BESIDE}
             used: dict[float, list[float]] = {0.02: [], 0.1: []}
             gaps: dict[float, list[float]] = {0.02: [], 0.1: []}
             for rep in range(reps):  # interleaved, so drift on a shared machine falls on every variant alike
@@ -155,8 +161,8 @@ async def main(argv: list[str]) -> None:
                     rate, per_job = await drain(pool, admin, n, limits)
                     rates[name].append(rate)
                     statements[name].append(per_job)
-                for saturated in (False, True) if rep % 2 == 0 else (True, False):
-                    waits[saturated].append(await claims_beside(pool, admin, saturated, 30))
+                for beside in list(BESIDE)[:: 1 if rep % 2 == 0 else -1]:
+                    waits[beside].append(await claims_beside(pool, admin, beside, 30))
                 for run_s, count in ((0.02, 240), (0.1, 80)):
                     share, gap = await utilisation(pool, admin, count // (2 if args.quick else 1), 4, run_s)
                     used[run_s].append(share)
@@ -172,9 +178,11 @@ async def main(argv: list[str]) -> None:
     for name, values in rates.items():
         rate, per_job = statistics.median(values), statistics.median(statements[name])
         print(f"| {name} | {rate:,.0f} | {rate / base_rate:.2f} | {per_job:.2f} |")
-    alone, beside = statistics.median(waits[False]) * 1e3, statistics.median(waits[True]) * 1e3
-    print(f"\nclaim(limit=10) of an unlimited action: {alone:.2f} ms alone, {beside:.2f} ms beside 2,000 older jobs "
-          f"of a saturated limited action (ratio {beside / alone:.2f})")  # fmt: skip
+    alone = statistics.median(waits["alone"]) * 1e3
+    print(f"\nclaim(limit=10) of an unlimited action: {alone:.2f} ms alone")
+    for beside in list(BESIDE)[1:]:
+        ms = statistics.median(waits[beside]) * 1e3
+        print(f"  {ms:.2f} ms beside 2,000 older jobs of a limited action {beside} (ratio {ms / alone:.2f})")
     for run_s, values in used.items():
         print(f"utilisation of a binding concurrency limit of 4 ({run_s * 1e3:.0f} ms handlers, 2 workers x 8 "
               f"slots): {statistics.median(values):.0%} (min {min(values):.0%}); longest time a slot sat idle while "
