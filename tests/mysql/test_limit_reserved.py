@@ -105,3 +105,31 @@ async def test_a_limit_that_starts_to_bind_has_the_idle_reservations_given_back(
     values = (await _slots(database_pool)).values()
     assert not [v for v in values if is_reservation(v)], list(values)
     assert FREE in values, "the reservation given back"
+
+
+async def test_a_claim_meeting_a_rate_still_runs_a_roomy_group_on_its_reservations(database_pool: Any) -> None:
+    """A rate's entries are read by each claim that meets its jobs; the roomy group's slots in the same claim still
+    come from the queue's reservations, neither read nor written."""
+    queue = create_mysql_job_queue(database_pool)
+    limits = {**ROOMY, "rated": ActionLimit(rate=1_000, per_ms=60_000)}
+    await queue.enqueue_many([job(f"e{n:02}", action_id="export", due_at=2 * n) for n in range(6)])
+    await queue.enqueue_many([job(f"r{n:02}", action_id="rated", due_at=2 * n + 1) for n in range(6)])
+    first = await _claim(queue, "w", limits, limit=4)
+    assert first == ["e00", "r00", "e01", "r01"]  # two reservations: as many as a claim of two meets jobs of
+    reserved = await _slots(database_pool)
+    assert reserved and all(is_reservation(v) for v in reserved.values()), reserved
+    await _settle(queue, "w", first)
+    read_groups: list[set[str]] = []
+    read_free = queue._read_free
+
+    async def recorded(groups: Any, *args: Any) -> Any:
+        read_groups.append({action_id for _space, action_id, _key in groups})
+        return await read_free(groups, *args)
+
+    queue._read_free = recorded
+    for n in range(2, 6):
+        taken = await _claim(queue, "w", limits, limit=2)
+        assert taken == [f"e{n:02}", f"r{n:02}"]
+        await _settle(queue, "w", taken)
+    assert read_groups == [{"rated"}] * 4, "the roomy group's slots were read"
+    assert await _slots(database_pool) == reserved, "and not written: every value is the one first written"

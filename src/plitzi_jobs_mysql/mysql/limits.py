@@ -151,15 +151,16 @@ class LimitedClaims(LimitTakes):
         for group, _limit in limited.values():
             need[group] = need.get(group, 0) + 1
         free = self._pooled(groups, need, plan, now)
-        pooled = free is not None
-        if free is None:  # not every group's slots are at hand: read them
-            free, roomy = await self._read_free(groups, need, now, plan)
+        at_hand = {group for group, _kind in free}
+        unread = {group: limit for group, limit in groups.items() if group not in at_hand}
+        if unread:  # the groups whose slots are not at hand (a rate's are never): read them
+            read, roomy = await self._read_free(unread, need, now, plan)
+            free.update(read)
             # The slots of a group with room to spare are reserved for a while (limit_reserved.py); one whose job
             # is lost to another claimer stays with this queue, as a pooled one does, rather than back with a write.
-            plan.pooled.update(seq for seq, (group, _limit) in limited.items() if group in roomy)
             plan.reserving.update(seq for seq, (group, _limit) in limited.items() if group in roomy)
-        else:
-            plan.pooled.update(limited)
+            at_hand |= roomy
+        plan.pooled.update(seq for seq, (group, _limit) in limited.items() if group in at_hand)
         admitted = []
         for candidate in candidates:
             seq = candidate[0]
@@ -170,7 +171,7 @@ class LimitedClaims(LimitTakes):
             slots = free.get((group, "c"), [])
             ring = free.get((group, "r"), [])
             full = limit.concurrency is not None and not slots
-            if full and pooled:
+            if full and group not in unread:
                 continue  # the claim wants no more of this group than the pool held: not a limit reached
             if group in plan.refused or full or (limit.rate is not None and not ring):
                 plan.refused[group] = limit.by_key
@@ -189,27 +190,25 @@ class LimitedClaims(LimitTakes):
 
     def _pooled(
         self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], plan: Plan, now: int
-    ) -> dict[tuple[Group, str], list[Entry]] | None:
+    ) -> dict[tuple[Group, str], list[Entry]]:
         """The slots for this claim from the queue's own reservations (limit_reserved.py) or pool (limit_pool.py),
-        when each group (concurrency only, its limit noted as it is) has as many at hand as the claim may take of
-        it; None: the claim reads them."""
+        of each group (concurrency only, its limit noted as it is) that has as many at hand as the claim may take
+        of it; the claim reads the others'."""
         pool, reserved = self._slot_pool, self._reserved
         lasting = now + plan.lease_ms + MARGIN_MS  # a reservation must outlast the new job's first lease
         source: dict[Group, Callable[[str, str, int], list[Pooled]]] = {}
         for group, limit in groups.items():
             if limit.rate is not None or limit.concurrency is None or self._noted.get(group) != _note(group, limit):
-                return None
+                continue
             prefix, below = _group_prefix(group), _row_key(group, "c", limit.concurrency)
             wanted = min(need[group], plan.want)
             if reserved.available(prefix, below, lasting) >= wanted:
                 source[group] = reserved.take
             elif pool.available(prefix, below) >= wanted:
                 source[group] = pool.take
-            else:
-                return None
         # As many as there are candidates, when at hand: those past `want` replace lost races.
-        return {(group, "c"): [*source[group](_group_prefix(group), _row_key(group, "c", limit.concurrency or 0),
-                                              need[group])] for group, limit in groups.items()}  # fmt: skip
+        return {(group, "c"): [*take(_group_prefix(group), _row_key(group, "c", groups[group].concurrency or 0),
+                                     need[group])] for group, take in source.items()}  # fmt: skip
 
     async def _read_free(
         self, groups: Mapping[Group, ActionLimit], need: Mapping[Group, int], now: int, plan: Plan
