@@ -1,7 +1,8 @@
 """Fleet-wide limits (issue 21.4), measured side by side in one run on one server, reported as ratios:
 
 1. drain: one `create_job_worker(workers=16)` draining no-op jobs, without limits, with a limit on the drained
-   action that never binds (concurrency 10,000), and with a limit on another action only;
+   action that never binds (concurrency 10,000), with a limit on another action only, and with the never-binding
+   limit while jobs of an action held at its rate wait among the drained ones;
 2. claims beside a saturated action: `claim(limit=10)` of an unlimited action while older jobs of a limited
    action wait with every slot taken, or with every start of its rate's window taken, vs the same claims with no
    limited backlog at all;
@@ -53,16 +54,20 @@ def questions(admin: Any) -> int:
 
 
 async def drain(pool: Any, admin: Any, n: int, limits: dict[str, ActionLimit] | None) -> tuple[float, float]:
-    """Jobs per second, and statements per job, of a drain of `n` no-op jobs (the enqueue not counted)."""
+    """Jobs per second, and statements per job, of a drain of `n` no-op jobs (the enqueue not counted); with a
+    limit on the action `rated`, `n / 10` jobs of it wait among them (the same due instants), held at its rate."""
     empty(admin)
     queue = create_mysql_job_queue(pool)
-    await queue.enqueue_many(jobs("drained", n, secrets.token_hex(3)))
+    tag = secrets.token_hex(3)
+    await queue.enqueue_many(jobs("drained", n, tag))
+    if limits and "rated" in limits:
+        await queue.enqueue_many(jobs("rated", n // 10, tag))
     done = asyncio.Event()
     seen = 0
 
     async def handler(job: Job) -> None:
         nonlocal seen
-        seen += 1
+        seen += job.action_id == "drained"
         if seen >= n:
             done.set()
 
@@ -151,13 +156,16 @@ async def main(argv: list[str]) -> None:
             await create_mysql_job_queue(pool).now()  # creates the tables
             never = {"drained": ActionLimit(concurrency=10_000)}
             other = {"elsewhere": ActionLimit(concurrency=1)}
-            rates: dict[str, list[float]] = {"none": [], "never binds": [], "other action": []}
+            # The never-binding limit beside jobs of an action held at its rate (20 starts a second).
+            rated = {**never, "rated": ActionLimit(rate=20, per_ms=1_000)}
+            rates: dict[str, list[float]] = {"none": [], "never binds": [], "other action": [], "beside a rate": []}
             statements: dict[str, list[float]] = {name: [] for name in rates}
             waits: dict[str, list[float]] = {beside: [] for beside in BESIDE}
             used: dict[float, list[float]] = {0.02: [], 0.1: []}
             gaps: dict[float, list[float]] = {0.02: [], 0.1: []}
             for rep in range(reps):  # interleaved, so drift on a shared machine falls on every variant alike
-                for name, limits in (("none", None), ("never binds", never), ("other action", other)):
+                variants = (("none", None), ("never binds", never), ("other action", other), ("beside a rate", rated))
+                for name, limits in variants:
                     rate, per_job = await drain(pool, admin, n, limits)
                     rates[name].append(rate)
                     statements[name].append(per_job)
