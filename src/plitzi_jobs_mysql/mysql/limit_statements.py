@@ -61,14 +61,12 @@ class LimitSql:
         # A reservation (limit_reserved.py: `0 until worker nonce`, four fields where a job's value has three) is
         # held until `until`, whatever runs. Its placeholder (now) comes first.
         where = " OR ".join(["(s.k >= UNHEX(%s) AND s.k < UNHEX(%s))"] * ranges)
-        reserved = (
-            "(SUBSTRING(s.k, 18, 1) = 'c' AND s.v LIKE '0 %% %% %%' "
-            "AND CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(s.v, ' ', 2), ' ', -1) AS SIGNED) >= %s)"
-        )
+        until = "CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(s.v, ' ', 2), ' ', -1) AS SIGNED)"  # a value's second field
+        reserved = f"(SUBSTRING(s.k, 18, 1) = 'c' AND s.v LIKE '0 %% %% %%' AND {until} >= %s)"
         return (
             f"SELECT HEX(s.k), s.v, j.seq IS NOT NULL OR {reserved} FROM {self.kv} s LEFT JOIN {self.jobs} j "
             "ON j.seq = CAST(SUBSTRING_INDEX(s.v, ' ', 1) AS UNSIGNED) AND j.status IN ('pending', 'running') "
-            "AND (CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(s.v, ' ', 2), ' ', -1) AS SIGNED) >= %s "
+            f"AND ({until} >= %s "
             "OR (j.status = 'running' AND j.lease_until >= %s AND j.worker_id = UNHEX(SUBSTRING_INDEX(s.v, ' ', -1)))) "
             f"WHERE {where}"
         )

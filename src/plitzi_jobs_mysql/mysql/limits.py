@@ -99,8 +99,12 @@ def _free_entries(
     assert limit.rate is not None
     prefix = _group_prefix(group)
     for key, (value, _held) in present.items():
-        if key.startswith(prefix + "72") and value.lstrip("-").isdigit():  # 'r' = 0x72
-            (old.append((int(value), (key, value))) if int(value) <= cutoff else young.append(int(value)))
+        if not key.startswith(prefix + "72") or not value.lstrip("-").isdigit():  # 'r' = 0x72
+            continue
+        if int(value) <= cutoff:
+            old.append((int(value), (key, value)))
+        else:
+            young.append(int(value))
     seen = sum(1 for key in present if key.startswith(prefix + "72"))
     for number in range(limit.rate):
         if len(missing) >= need or seen >= limit.rate:
